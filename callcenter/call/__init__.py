@@ -1,0 +1,1 @@
+"""One call: the pipeline of stages, its events, its recording."""

@@ -1,0 +1,107 @@
+"""The media bridge between a transport's 20 ms clock and the asyncio side of a call.
+
+The transport (pjsua2's media clock thread, or the simulator's clock) calls `caller_frame()` with
+each frame the caller sent and `agent_frame()` each tick for the frame to send. The asyncio side
+reads `caller_frames` and queues agent audio with `play()`; `flush()` drops queued agent audio
+at once (barge-in). Each tick is written to the stereo recording, time-aligned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from callcenter.audio.frames import FRAME_BYTES, AudioFrame
+from callcenter.call.recording import StereoRecorder
+
+SILENCE_PCM = bytes(FRAME_BYTES)
+
+
+@dataclass
+class _Queued:
+    pcm: bytes
+    utterance: int
+    first: bool
+    last: bool
+
+
+class MediaBridge:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        recorder: StereoRecorder | None = None,
+        on_first_frame: Callable[[int, float], None] | None = None,
+        on_utterance_played: Callable[[int, float], None] | None = None,
+    ):
+        self._loop = loop
+        self.recorder = recorder
+        self.caller_frames: asyncio.Queue[AudioFrame] = asyncio.Queue()
+        self._out: deque[_Queued] = deque()
+        self._lock = threading.Lock()
+        self._pending_agent: bytes | None = None
+        self._on_first_frame = on_first_frame
+        self._on_utterance_played = on_utterance_played
+        self.closed = False
+        self.caller_level_dbfs = -120.0
+        self.agent_level_dbfs = -120.0
+
+    # ---- asyncio side
+    def play(self, frame: AudioFrame, utterance: int, first: bool = False, last: bool = False) -> None:
+        with self._lock:
+            self._out.append(_Queued(frame.pcm, utterance, first, last))
+
+    def end_utterance(self, utterance: int) -> None:
+        """Mark the end of an utterance whose frames are all queued (also for an empty one)."""
+        with self._lock:
+            if self._out and self._out[-1].utterance == utterance:
+                self._out[-1].last = True
+                return
+        if self._on_utterance_played:
+            self._on_utterance_played(utterance, time.monotonic())
+
+    def flush(self) -> int:
+        """Drop all queued agent audio now; returns how many frames were dropped."""
+        with self._lock:
+            n = len(self._out)
+            self._out.clear()
+        return n
+
+    @property
+    def queued_frames(self) -> int:
+        return len(self._out)
+
+    # ---- transport clock side (any thread)
+    def agent_frame(self) -> bytes:
+        if self.closed:
+            return SILENCE_PCM
+        with self._lock:
+            item = self._out.popleft() if self._out else None
+        if self._pending_agent is not None and self.recorder:
+            self.recorder.write(SILENCE_PCM, self._pending_agent)  # the caller sent nothing last tick
+        pcm = item.pcm if item else SILENCE_PCM
+        self._pending_agent = pcm
+        if item is not None:
+            now = time.monotonic()
+            if item.first and self._on_first_frame:
+                self._loop.call_soon_threadsafe(self._on_first_frame, item.utterance, now)
+            if item.last and self._on_utterance_played:
+                self._loop.call_soon_threadsafe(self._on_utterance_played, item.utterance, now + 0.02)
+        return pcm
+
+    def caller_frame(self, pcm: bytes) -> None:
+        if self.closed or len(pcm) != FRAME_BYTES:
+            return
+        agent = self._pending_agent if self._pending_agent is not None else SILENCE_PCM
+        self._pending_agent = None
+        if self.recorder:
+            self.recorder.write(pcm, agent)
+        self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, AudioFrame(pcm))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.recorder:
+            self.recorder.close()

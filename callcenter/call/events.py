@@ -1,0 +1,114 @@
+"""Call events: every stage stamps what it did, so a turn's latency is known stage by stage.
+
+Events go to the call's JSONL file (one line each, flushed at once so a crash keeps all of them)
+and to any live subscribers (the supervisor console, benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# Event kinds, in the order a turn produces them.
+CALL_START = "call_start"
+SPEECH_START = "speech_start"
+SPEECH_END = "speech_end"
+STT_FINAL = "stt_final"
+DTMF = "dtmf"
+FLOW_DECISION = "flow_decision"
+AGENT_SAY = "agent_say"
+TTS_FIRST_AUDIO = "tts_first_audio"
+FIRST_RTP_OUT = "first_rtp_out"
+PLAYOUT_DONE = "playout_done"
+BARGE_IN = "barge_in"
+TRANSFER = "transfer"
+HANGUP = "hangup"
+CALL_END = "call_end"
+ERROR = "error"
+
+
+@dataclass
+class Event:
+    kind: str
+    call_id: str
+    t: float  # seconds since call start (monotonic)
+    wall: float  # unix time
+    turn: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"kind": self.kind, "call_id": self.call_id, "t": round(self.t, 4), "wall": round(self.wall, 4),
+             "turn": self.turn, **self.data},
+            ensure_ascii=False,
+        )
+
+
+class CallEvents:
+    """The event log of one call: a JSONL file plus live subscribers. Thread-safe enough for
+    emits from the asyncio loop; the media thread hands its stamps over through the loop."""
+
+    def __init__(self, call_id: str, path: str | Path | None = None, clock: Callable[[], float] = time.monotonic):
+        self.call_id = call_id
+        self._clock = clock
+        self._t0 = clock()
+        self.turn = 0
+        self.history: list[Event] = []
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._fd: int | None = None
+        self.path = Path(path) if path else None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        self._subscribers.append(fn)
+
+    def next_turn(self) -> int:
+        self.turn += 1
+        return self.turn
+
+    def emit(self, kind: str, at: float | None = None, **data: Any) -> Event:
+        ev = Event(kind, self.call_id, self.now() if at is None else at, time.time(), self.turn, data)
+        self.history.append(ev)
+        if self._fd is not None:
+            os.write(self._fd, (ev.to_json() + "\n").encode())
+        for fn in self._subscribers:
+            fn(ev)
+        return ev
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def transcript(self) -> list[tuple[str, str]]:
+        """(speaker, text) pairs: what the caller said or keyed and what the agent said."""
+        out = []
+        for ev in self.history:
+            if ev.kind == STT_FINAL and ev.data.get("text"):
+                out.append(("caller", ev.data["text"]))
+            elif ev.kind == DTMF:
+                out.append(("caller", f"[keypad {ev.data['digit']}]"))
+            elif ev.kind == AGENT_SAY:
+                out.append(("agent", ev.data["text"]))
+        return out
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL event file, skipping a last line cut short by a crash."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

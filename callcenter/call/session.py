@@ -1,0 +1,294 @@
+"""One call's conversation: caller audio → turn taking → recognition → dialog → voice → playout.
+
+`CallSession` assembles the stages and routes what each produces to the next, in one direction.
+Barge-in is its own path: `interrupt()` stops the voice and drops queued audio at once, whatever
+the other stages are doing. The transport (SIP or the offline simulator) only delivers frames,
+keypad digits and the end of the call, and carries out transfer and hang-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from callcenter.audio.frames import FRAME_MS, AudioFrame
+from callcenter.call import events as ev
+from callcenter.call.bridge import MediaBridge
+from callcenter.call.events import CallEvents
+from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
+from callcenter.dialog.flow import Flow
+from callcenter.hearing.endpoint import EndpointConfig, Endpointer, Turn
+from callcenter.hearing.stt import WhisperStt
+
+log = structlog.get_logger()
+
+STT_FAILURE_TEXT = ""  # an unrecognisable turn counts as no match, never as a crash
+GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
+
+
+class CallControl(Protocol):
+    async def hangup(self) -> None: ...
+    async def transfer(self, uri: str) -> bool: ...
+
+
+@dataclass
+class SessionResult:
+    ended_by: str = "caller"  # caller, agent, transfer, error
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+
+
+class CallSession:
+    def __init__(
+        self,
+        call_id: str,
+        flow: Flow,
+        bridge: MediaBridge,
+        control: CallControl,
+        events: CallEvents,
+        stt: WhisperStt,
+        tts,
+        endpoint: EndpointConfig | None = None,
+    ):
+        self.call_id = call_id
+        self.flow = flow
+        self.bridge = bridge
+        self.control = control
+        self.events = events
+        self.stt = stt
+        self.tts = tts
+        self.log = log.bind(call_id=call_id)
+        self.dialog = Dialog(flow)
+        self.turns = Endpointer(endpoint or EndpointConfig())
+        self.result = SessionResult()
+        self._speak_queue: asyncio.Queue = asyncio.Queue()
+        self._utterance = 0
+        self._speaking_utterance: int | None = None
+        self._played: dict[int, asyncio.Event] = {}
+        self._tts_task: asyncio.Task | None = None
+        self._listen: Listen | None = None
+        self._no_input_task: asyncio.Task | None = None
+        self._ended = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._decide_lock = asyncio.Lock()
+        self._in_flight = 0  # caller turns heard but not yet answered
+        bridge._on_first_frame = self._first_frame_out
+        bridge._on_utterance_played = self._utterance_played
+
+    # ------------------------------------------------------------ lifecycle
+    async def run(self) -> SessionResult:
+        self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version)
+        self._tasks = [
+            asyncio.create_task(self._hear(), name=f"{self.call_id}-hear"),
+            asyncio.create_task(self._speak(), name=f"{self.call_id}-speak"),
+        ]
+        self._act(self.dialog.start())
+        await self._ended.wait()
+        await self._shutdown()
+        return self.result
+
+    def end(self, by: str) -> None:
+        """The call is over (caller hung up, or the agent finished)."""
+        if not self._ended.is_set():
+            self.result.ended_by = by
+            self._ended.set()
+
+    async def _shutdown(self) -> None:
+        self.interrupt(reason="call ended", emit=False)
+        for t in self._tasks + [self._no_input_task]:
+            if t and not t.done():
+                t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.result.transcript = self.events.transcript()
+        self.events.emit(ev.CALL_END, ended_by=self.result.ended_by)
+
+    # ------------------------------------------------------------ barge-in
+    @property
+    def utterances_spoken(self) -> int:
+        return self._utterance
+
+    @property
+    def busy(self) -> bool:
+        """The agent is talking or still working out its answer to the caller."""
+        return self.agent_speaking or self._in_flight > 0 or self.turns.in_speech
+
+    @property
+    def agent_speaking(self) -> bool:
+        return self._speaking_utterance is not None or not self._speak_queue.empty() or self.bridge.queued_frames > 0
+
+    def interrupt(self, reason: str, emit: bool = True) -> None:
+        """Stop the agent's voice now: cancel synthesis, drop queued prompts and queued audio."""
+        dropped = self.bridge.flush()
+        while not self._speak_queue.empty():
+            self._speak_queue.get_nowait()
+        if self._tts_task and not self._tts_task.done():
+            self._tts_task.cancel()
+        if self._speaking_utterance is not None:
+            self._utterance_played(self._speaking_utterance, time.monotonic())
+        if emit:
+            self.events.emit(ev.BARGE_IN, reason=reason, dropped_frames=dropped)
+
+    # ------------------------------------------------------------ hearing
+    async def _hear(self) -> None:
+        while True:
+            frame: AudioFrame = await self.bridge.caller_frames.get()
+            now = self.events.now()
+            for kind, value in self.turns.process(frame, now):
+                if kind == "start":
+                    self._cancel_no_input()
+                    self.events.emit(ev.SPEECH_START)
+                    if self.agent_speaking and not self.dialog.finished:
+                        self.interrupt(reason="caller speech")
+                elif kind == "end":
+                    turn: Turn = value  # type: ignore[assignment]
+                    turn_no = self.events.next_turn()
+                    last_voice = now - self.turns.config.end_silence_ms / 1000
+                    self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), last_voice_t=round(last_voice, 4))
+                    self._in_flight += 1
+                    asyncio.create_task(self._recognise(turn, turn_no))
+
+    async def _recognise(self, turn: Turn, turn_no: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(None, self.stt.transcribe_pcm, turn.pcm)
+            text, conf = result.text, result.confidence
+            self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(result.seconds, 3))
+        except Exception as exc:  # a broken decode must not end the call
+            self.log.error("stt_failed", error=str(exc))
+            self.events.emit(ev.ERROR, stage="stt", error=str(exc))
+            text = STT_FAILURE_TEXT
+        await self._decide(lambda: self.dialog.on_utterance(text) if text else self.dialog.on_no_input())
+
+    def on_dtmf(self, digit: str) -> None:
+        self.events.next_turn()
+        self.events.emit(ev.DTMF, digit=digit)
+        self._cancel_no_input()
+        if self.dialog.finished:
+            return
+        if self.agent_speaking:
+            self.interrupt(reason="keypad")
+        self._in_flight += 1
+        asyncio.create_task(self._decide(lambda: self.dialog.on_dtmf(digit)))
+
+    async def _decide(self, step) -> None:
+        try:
+            await self._decide_locked(step)
+        finally:
+            self._in_flight = max(0, self._in_flight - 1)
+
+    async def _decide_locked(self, step) -> None:
+        async with self._decide_lock:
+            if self.dialog.finished or self._ended.is_set():
+                return
+            try:
+                actions = step()
+            except Exception as exc:
+                self.log.error("flow_failed", error=str(exc))
+                self.events.emit(ev.ERROR, stage="flow", error=str(exc))
+                return
+            d = self.dialog.last_decision
+            self.events.emit(ev.FLOW_DECISION, node=d.node, intent=d.intent, score=round(d.score, 3), via=d.via,
+                             next_node=self.dialog.node_name)
+            self._act(actions)
+
+    # ------------------------------------------------------------ acting
+    def _act(self, actions) -> None:
+        for action in actions:
+            if isinstance(action, Listen):
+                self._listen = action
+                self.turns.set_end_silence(action.end_silence_ms)
+            self._speak_queue.put_nowait(action)
+
+    async def _speak(self) -> None:
+        """Carries out actions in order: speaks prompts, then listens, transfers or hangs up."""
+        while True:
+            action = await self._speak_queue.get()
+            if isinstance(action, Say):
+                await self._say(action.text)
+            elif isinstance(action, Listen):
+                self._start_no_input(action.timeout_s)
+            elif isinstance(action, Transfer):
+                await asyncio.sleep(GOODBYE_GRACE_S)
+                self.events.emit(ev.TRANSFER, to=action.to)
+                ok = await self.control.transfer(action.to)
+                self.events.emit(ev.TRANSFER, to=action.to, accepted=ok)
+                self.end("transfer" if ok else "agent")
+                if not ok:
+                    await self.control.hangup()
+                return
+            elif isinstance(action, Hangup):
+                await asyncio.sleep(GOODBYE_GRACE_S)
+                self.events.emit(ev.HANGUP, by="agent")
+                await self.control.hangup()
+                self.end("agent")
+                return
+
+    async def _say(self, text: str) -> None:
+        self._utterance += 1
+        utt = self._utterance
+        self._played[utt] = asyncio.Event()
+        self._speaking_utterance = utt
+        self.events.emit(ev.AGENT_SAY, text=text, utterance=utt)
+        self._tts_task = asyncio.create_task(self._synthesise(text, utt))
+        try:
+            await self._tts_task
+        except asyncio.CancelledError:
+            if self._ended.is_set():
+                raise
+        except Exception as exc:
+            self.log.error("tts_failed", error=str(exc))
+            self.events.emit(ev.ERROR, stage="tts", error=str(exc))
+            self.bridge.end_utterance(utt)
+        await self._played[utt].wait()
+        self._speaking_utterance = None
+
+    async def _synthesise(self, text: str, utt: int) -> None:
+        first = True
+        async for frame in self.tts.stream(text):
+            if first:
+                self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
+            self.bridge.play(frame, utt, first=first)
+            first = False
+        self.bridge.end_utterance(utt)
+
+    def _first_frame_out(self, utt: int, at: float) -> None:
+        self.events.emit(ev.FIRST_RTP_OUT, at=at - self.events._t0, utterance=utt)
+
+    def _utterance_played(self, utt: int, at: float) -> None:
+        done = self._played.get(utt)
+        if done and not done.is_set():
+            done.set()
+            self.events.emit(ev.PLAYOUT_DONE, utterance=utt)
+
+    # ------------------------------------------------------------ no input
+    def _start_no_input(self, timeout_s: float) -> None:
+        self._cancel_no_input()
+        self._no_input_task = asyncio.create_task(self._no_input_after(timeout_s))
+
+    def _cancel_no_input(self) -> None:
+        if self._no_input_task and not self._no_input_task.done():
+            self._no_input_task.cancel()
+        self._no_input_task = None
+
+    async def _no_input_after(self, timeout_s: float) -> None:
+        await asyncio.sleep(timeout_s)
+        if not self.turns.in_speech:
+            self.events.next_turn()
+            self._in_flight += 1
+            await self._decide(self.dialog.on_no_input)
+
+
+def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:
+    day = time.strftime("%Y-%m-%d")
+    base = Path(root) / day / call_id
+    return base.with_suffix(".wav"), base.with_suffix(".jsonl")
+
+
+FRAME_S = FRAME_MS / 1000

@@ -1,0 +1,138 @@
+"""Offline calls: a scripted caller plays WAV files (and keypad digits) into the same CallSession a
+SIP call uses, on a 20 ms clock in real time, with no network. Used by `callcenter simulate`,
+by flow tests and by the benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, frames_from_pcm
+from callcenter.audio.wavfile import read_wav
+from callcenter.call.bridge import MediaBridge
+from callcenter.call.events import CallEvents
+from callcenter.call.recording import StereoRecorder
+from callcenter.call.session import CallSession, SessionResult
+from callcenter.dialog.flow import Flow
+
+log = structlog.get_logger()
+
+CALLER_GAP_S = 0.6  # the scripted caller answers this long after the agent falls silent
+MAX_CALL_S = 180.0
+
+
+@dataclass
+class CallerStep:
+    """One thing the scripted caller does: say a WAV file or press a key."""
+
+    wav: Path | None = None
+    digit: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> "CallerStep":
+        if spec.startswith("dtmf:"):
+            digits = spec[5:]
+            if len(digits) != 1 or digits not in "0123456789*#":
+                raise ValueError(f"{spec!r}: expected dtmf:<one of 0-9 * #>")
+            return cls(digit=digits)
+        return cls(wav=Path(spec))
+
+
+class SimulatedLine:
+    """The simulator's stand-in for a SIP dialog: it records what the agent asked the line to do."""
+
+    def __init__(self) -> None:
+        self.transferred_to: str | None = None
+        self.hung_up = False
+
+    async def hangup(self) -> None:
+        self.hung_up = True
+
+    async def transfer(self, uri: str) -> bool:
+        self.transferred_to = uri
+        return True
+
+
+async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt, tts,
+                        call_id: str | None = None) -> tuple[SessionResult, CallEvents]:
+    call_id = call_id or f"sim-{uuid.uuid4().hex[:12]}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    audio = {i: read_wav(s.wav) for i, s in enumerate(steps) if s.wav}  # fail before the call starts
+    loop = asyncio.get_running_loop()
+    recorder = StereoRecorder(out_dir / f"{call_id}.wav")
+    events = CallEvents(call_id, out_dir / f"{call_id}.jsonl")
+    bridge = MediaBridge(loop, recorder)
+    line = SimulatedLine()
+    session = CallSession(call_id, flow, bridge, line, events, stt, tts)
+    agent_pcm = bytearray()
+    caller_queue: list[bytes] = []
+
+    async def clock() -> None:
+        t0 = time.monotonic()
+        tick = 0
+        while True:
+            agent_pcm.extend(bridge.agent_frame())
+            bridge.caller_frame(caller_queue.pop(0) if caller_queue else bytes(FRAME_BYTES))
+            tick += 1
+            await asyncio.sleep(max(0.0, t0 + tick * FRAME_MS / 1000 - time.monotonic()))
+
+    async def caller() -> None:
+        for i, step in enumerate(steps):
+            await _wait_agent_silent(session, bridge)
+            if session._ended.is_set():
+                return
+            if step.digit:
+                session.on_dtmf(step.digit)
+            else:
+                caller_queue.extend(f.pcm for f in frames_from_pcm(audio[i]))
+                while caller_queue:
+                    await asyncio.sleep(FRAME_MS / 1000)
+        await _wait_agent_silent(session, bridge)
+
+    clock_task = asyncio.create_task(clock())
+    caller_task = asyncio.create_task(caller())
+    run_task = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait({run_task, caller_task}, timeout=MAX_CALL_S, return_when=asyncio.FIRST_COMPLETED)
+        if not run_task.done():
+            # the scripted caller has nothing more to say: give the agent time to finish, then hang up
+            if caller_task.done():
+                await asyncio.wait({run_task}, timeout=15)
+            if not run_task.done():
+                session.end("caller")
+        result = await run_task
+        while bridge.queued_frames:
+            await asyncio.sleep(FRAME_MS / 1000)
+    finally:
+        caller_task.cancel()
+        clock_task.cancel()
+        bridge.close()
+        events.close()
+    with wave.open(str(out_dir / f"{call_id}-agent.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes(bytes(agent_pcm))
+    (out_dir / f"{call_id}.txt").write_text(
+        "".join(f"{who}: {text}\n" for who, text in result.transcript), encoding="utf-8"
+    )
+    return result, events
+
+
+async def _wait_agent_silent(session: CallSession, bridge: MediaBridge) -> None:
+    """Wait until the agent has spoken and then been quiet for CALLER_GAP_S (or the call ended)."""
+    quiet_since = None
+    while not session._ended.is_set():
+        if session.busy or session.utterances_spoken == 0:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= CALLER_GAP_S:
+            return
+        await asyncio.sleep(FRAME_MS / 1000)

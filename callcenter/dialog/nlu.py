@@ -1,0 +1,70 @@
+"""Intent matching from example phrases: the caller's words against each intent's examples.
+
+A bag of normalised word stems, weighted so that content words count and filler does not. It is
+deterministic and needs no model; an embedding matcher can replace it behind the same interface.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STOPWORDS = frozenset(
+    "a an the i im i'm me my mine we our you your to of for on in at is are am be been was were it "
+    "its it's this that with and or but so do does did can could would will please like want need "
+    "just about some have has had get got some there here hi hello um uh oh well yes".split()
+)
+_WORD = re.compile(r"[a-z0-9']+")
+MATCH_THRESHOLD = 0.5
+
+
+def stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def words(text: str) -> list[str]:
+    return [stem(w.strip("'")) for w in _WORD.findall(text.lower()) if w.strip("'")]
+
+
+def content(text: str) -> set[str]:
+    ws = words(text)
+    kept = {w for w in ws if w not in STOPWORDS}
+    return kept or set(ws)
+
+
+@dataclass
+class IntentMatch:
+    intent: str | None
+    score: float
+    runner_up: float
+
+
+class IntentMatcher:
+    def __init__(self, examples: dict[str, list[str]], threshold: float = MATCH_THRESHOLD):
+        self.threshold = threshold
+        self._examples = {name: [content(e) for e in phrases if e.strip()] for name, phrases in examples.items()}
+
+    def match(self, text: str) -> IntentMatch:
+        said = content(text)
+        scores: dict[str, float] = {}
+        for name, examples in self._examples.items():
+            best = 0.0
+            for ex in examples:
+                if not ex:
+                    continue
+                overlap = len(said & ex)
+                # every example word heard counts fully; extra caller words cost a little
+                score = overlap / len(ex) - 0.05 * len(said - ex) / max(1, len(said))
+                best = max(best, score)
+            scores[name] = best
+        ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+        if not ranked:
+            return IntentMatch(None, 0.0, 0.0)
+        top_name, top = ranked[0]
+        second = ranked[1][1] if len(ranked) > 1 else 0.0
+        if top < self.threshold or top - second < 0.1:
+            return IntentMatch(None, top, second)
+        return IntentMatch(top_name, top, second)

@@ -1,0 +1,1 @@
+"""Hearing the caller: voice activity, turn endpointing, speech-to-text."""

@@ -1,0 +1,157 @@
+"""`callcenter serve`: answer SIP calls and run each through a CallSession."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+import structlog
+
+from callcenter.call.bridge import MediaBridge
+from callcenter.call.events import CallEvents
+from callcenter.call.recording import StereoRecorder, repair_recordings
+from callcenter.call.session import CallSession, recording_paths
+from callcenter.dialog.flow import Flow, load_flow
+from callcenter.hearing.stt import WhisperStt
+from callcenter.hearing.vad import SileroVad
+from callcenter.telephony.config import SipConfig, load_sip_config
+from callcenter.telephony.sip import SIP_OK, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint, SipError
+from callcenter.voice.espeak import make_tts
+
+log = structlog.get_logger()
+
+
+class LiveCall:
+    """Glue between one SIP dialog (on the SIP thread) and its CallSession (on the loop)."""
+
+    def __init__(self, agent: "Agent", call: SipCall, info: CallInfo):
+        self.agent = agent
+        self.call = call
+        self.info = info
+        self.call_id = info.call_id
+        self.log = log.bind(call_id=self.call_id)
+        loop = asyncio.get_running_loop()
+        wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
+        self.recorder = StereoRecorder(wav)
+        self.events = CallEvents(self.call_id, jsonl)
+        self.bridge = MediaBridge(loop, self.recorder)
+        self.session = CallSession(self.call_id, agent.flow, self.bridge, self, self.events, agent.stt,
+                                   agent.tts)
+        self._transfer: asyncio.Future | None = None
+        self.task: asyncio.Task | None = None
+        call.bridge = self.bridge
+        call.listener = self
+
+    # ---- from the SIP thread (posted onto the loop)
+    def on_confirmed(self) -> None:
+        self.log.info("call_confirmed", remote=self.info.remote_uri)
+        self.task = asyncio.create_task(self._run())
+
+    def on_disconnected(self, code: int, reason: str) -> None:
+        self.log.info("call_disconnected", code=code, reason=reason)
+        self.session.end("caller" if self.session.result.ended_by == "caller" else self.session.result.ended_by)
+        if self.task is None:  # cancelled before answer, or never confirmed
+            self._finish()
+
+    def on_dtmf(self, digit: str) -> None:
+        if self.task is not None:
+            self.session.on_dtmf(digit)
+
+    def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
+        self.log.info("transfer_status", code=code, reason=reason, final=final)
+        if self._transfer and not self._transfer.done():
+            self._transfer.set_result(200 <= code < 300)
+
+    # ---- CallControl for the session
+    async def hangup(self) -> None:
+        with contextlib.suppress(SipError):
+            await self.agent.endpoint.run_on_sip(self.call.hangup_now)
+
+    async def transfer(self, uri: str) -> bool:
+        self._transfer = asyncio.get_running_loop().create_future()
+        try:
+            await self.agent.endpoint.run_on_sip(self.call.refer, uri)
+            return await asyncio.wait_for(self._transfer, TRANSFER_WAIT_S)
+        except (SipError, asyncio.TimeoutError) as exc:
+            self.log.warning("transfer_failed", to=uri, error=str(exc) or "no answer to REFER")
+            return False
+        finally:
+            self._transfer = None
+
+    async def _run(self) -> None:
+        try:
+            result = await self.session.run()
+            self.log.info("call_ended", ended_by=result.ended_by, turns=self.events.turn)
+        except Exception:
+            self.log.exception("call_failed")
+        finally:
+            if not self.call.disconnected:
+                await self.hangup()
+            self._finish()
+
+    def _finish(self) -> None:
+        self.bridge.close()
+        self.events.close()
+        self.agent.live.pop(self.call_id, None)
+
+
+def _safe_name(call_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:120]
+
+
+class Agent:
+    def __init__(self, config: SipConfig, flow: Flow, stt: WhisperStt, tts):
+        self.config = config
+        self.flow = flow
+        self.stt = stt
+        self.tts = tts
+        self.live: dict[str, LiveCall] = {}
+        self.endpoint: SipEndpoint | None = None
+
+    def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
+        live = LiveCall(self, call, info)
+        self.live[info.call_id] = live
+        live.log.info("call_incoming", remote=info.remote_uri)
+        fut = self.endpoint.call_soon(call.answer_with, SIP_OK)
+        fut.add_done_callback(lambda f: f.exception() and live.log.error("answer_failed", error=str(f.exception())))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
+        self.endpoint.start()
+        try:
+            await stop.wait()
+        finally:
+            for live in list(self.live.values()):
+                live.session.end("agent")
+            tasks = [lc.task for lc in self.live.values() if lc.task]
+            if tasks:
+                await asyncio.wait(tasks, timeout=3)
+            await loop.run_in_executor(None, self.endpoint.stop)
+
+
+def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:
+    config = load_sip_config(config_path)
+    flow = load_flow(flow_path)
+    fixed = repair_recordings(config.recordings)
+    if fixed:
+        log.warning("recordings_repaired", files=[str(p) for p in fixed])
+    stt = WhisperStt(stt_model)
+    tts = make_tts(flow.voice)
+    SileroVad()  # load the VAD model now, not while the first caller waits for an answer
+    agent = Agent(config, flow, stt, tts)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await agent.run(stop)
+
+    try:
+        asyncio.run(main())
+    except SipError as exc:
+        raise SystemExit(f"callcenter: {exc}") from None
+    return 0

@@ -1,0 +1,1 @@
+"""Telephony: SIP lines through pjsua2 (and, later, WebRTC)."""

@@ -1,0 +1,72 @@
+"""SIP configuration (`sip_configs/*.yaml`) as typed models."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from callcenter.yamlfile import load_model
+
+PJSUA_MAX_CALLS = 4  # compiled into the pjsua2-python wheel: a 5th call is rejected with 486
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Listen(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(5062, ge=1, le=65535)
+    transport: Literal["udp"] = "udp"
+
+    @field_validator("host")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"listen.host must be an IP address, got {v!r}") from None
+        return v
+
+
+class Registration(_Strict):
+    registrar: str = Field(description="e.g. sip:pbx.example.com")
+    user: str
+    domain: str | None = None
+    realm: str = "*"
+    password: str | None = None
+    password_env: str | None = Field(None, description="read the password from this environment variable")
+    expires_s: int = Field(300, ge=30, le=86400)
+
+    @model_validator(mode="after")
+    def _one_password(self) -> "Registration":
+        if (self.password is None) == (self.password_env is None):
+            raise ValueError("give exactly one of password or password_env")
+        return self
+
+    def secret(self) -> str:
+        if self.password is not None:
+            return self.password
+        value = os.environ.get(self.password_env or "")
+        if value is None:
+            raise ValueError(f"environment variable {self.password_env} (registration password) is not set")
+        return value
+
+
+class SipConfig(_Strict):
+    agent_user: str = Field("agent", description="the user part of the agent's SIP URI")
+    listen: Listen = Listen()
+    rtp_port: int = Field(40000, ge=1024, le=65000, description="first local RTP port")
+    max_calls: int = Field(PJSUA_MAX_CALLS, ge=1, le=PJSUA_MAX_CALLS)
+    codecs: list[Literal["PCMU", "PCMA"]] = Field(default_factory=lambda: ["PCMU", "PCMA"])
+    recordings: Path = Path("recordings")
+    registration: Registration | None = None
+
+
+def load_sip_config(path: str | Path) -> SipConfig:
+    cfg, _ = load_model(path, SipConfig)
+    return cfg

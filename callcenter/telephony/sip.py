@@ -1,0 +1,369 @@
+"""SIP lines through pjsua2.
+
+pjsua2 runs on one dedicated thread (`SipEndpoint`): it owns the library, polls its events and runs
+every command the asyncio side submits, so no other thread ever calls into pjsua2. Media callbacks
+come on pjmedia's clock thread and touch only the call's `MediaBridge`.
+
+Facts of the pjsua2-python 2.15.1 wheel this relies on: PCMU/PCMA/G722 only; at most 4 calls per
+process (a 5th INVITE is answered 486 Busy Here); reading a frame's vector through `bytes()` costs
+~0.5 ms, so frames are copied straight from the vector's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ctypes
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pjsua2 as pj
+import structlog
+
+from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE
+from callcenter.telephony.config import SipConfig
+
+log = structlog.get_logger()
+
+POLL_MS = 5
+CODEC_IDS = {"PCMU": "PCMU/8000/1", "PCMA": "PCMA/8000/1"}
+SIP_BUSY_HERE = 486
+SIP_RINGING = 180
+SIP_OK = 200
+SIP_SERVICE_UNAVAILABLE = 503
+TRANSFER_WAIT_S = 5.0
+
+
+class SipError(RuntimeError):
+    pass
+
+
+def _vector_address(vec) -> int:
+    """Address of the first element of a SWIG std::vector<unsigned char>."""
+    return ctypes.c_void_p.from_address(int(vec.this)).value or 0
+
+
+def read_frame(frame: "pj.MediaFrame") -> bytes:
+    size = frame.size
+    if size <= 0:
+        return b""
+    buf = frame.buf
+    return ctypes.string_at(_vector_address(buf), min(size, buf.size()))
+
+
+def write_frame(frame: "pj.MediaFrame", pcm: bytes) -> None:
+    buf = frame.buf
+    if buf.size() != len(pcm):
+        buf.resize(len(pcm))
+    ctypes.memmove(_vector_address(buf), pcm, len(pcm))
+    frame.size = len(pcm)
+    frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
+
+
+class _BridgePort(pj.AudioMediaPort):
+    """pjmedia conference port that hands frames to and from a call's MediaBridge."""
+
+    def __init__(self, bridge) -> None:
+        super().__init__()
+        self.bridge = bridge
+
+    def onFrameRequested(self, frame):  # noqa: N802 (pjsua2 name)
+        try:
+            write_frame(frame, self.bridge.agent_frame())
+        except Exception:  # never let an exception cross into pjmedia's clock thread
+            log.exception("media_out_failed")
+
+    def onFrameReceived(self, frame):  # noqa: N802
+        try:
+            if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO:
+                self.bridge.caller_frame(read_frame(frame))
+        except Exception:
+            log.exception("media_in_failed")
+
+
+@dataclass
+class CallInfo:
+    call_id: str  # the SIP Call-ID
+    remote_uri: str
+    local_uri: str
+
+
+class SipCall(pj.Call):
+    """One SIP dialog; lives on the SIP thread. Reports to `listener` on the asyncio loop."""
+
+    def __init__(self, endpoint: "SipEndpoint", account, call_index: int = pj.PJSUA_INVALID_ID):
+        super().__init__(account, call_index)
+        self.endpoint = endpoint
+        self.listener = None  # set by the server: on_confirmed, on_disconnected, on_dtmf, on_transfer_status
+        self.bridge = None
+        self.port: _BridgePort | None = None
+        self.info: CallInfo | None = None
+        self.confirmed = False
+        self.disconnected = False
+
+    def _notify(self, name: str, *args) -> None:
+        if self.listener is not None:
+            fn = getattr(self.listener, name, None)
+            if fn is not None:
+                self.endpoint.post(fn, *args)
+
+    def onCallState(self, prm):  # noqa: N802
+        ci = self.getInfo()
+        if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.confirmed:
+            self.confirmed = True
+            self._notify("on_confirmed")
+        elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
+            self.disconnected = True
+            self._disconnect_media()
+            self._notify("on_disconnected", ci.lastStatusCode, ci.lastReason)
+            self.endpoint.forget(self)
+
+    def onCallMediaState(self, prm):  # noqa: N802
+        ci = self.getInfo()
+        for i, media in enumerate(ci.media):
+            if media.type == pj.PJMEDIA_TYPE_AUDIO and media.status == pj.PJSUA_CALL_MEDIA_ACTIVE:
+                if self.port is None and self.bridge is not None:
+                    self._connect_media(self.getAudioMedia(i))
+
+    def _connect_media(self, audio) -> None:
+        fmt = pj.MediaFormatAudio()
+        fmt.init(pj.PJMEDIA_FORMAT_PCM, SAMPLE_RATE, 1, FRAME_MS * 1000, 16)
+        port = _BridgePort(self.bridge)
+        port.createPort(f"bridge-{self.info.call_id[:16] if self.info else id(self)}", fmt)
+        audio.startTransmit(port)
+        port.startTransmit(audio)
+        self.port = port
+
+    def _disconnect_media(self) -> None:
+        self.port = None  # the conference port is removed when the Python object goes
+
+    def onDtmfDigit(self, prm):  # noqa: N802
+        self._notify("on_dtmf", prm.digit)
+
+    def onCallTransferStatus(self, prm):  # noqa: N802
+        self._notify("on_transfer_status", prm.statusCode, prm.reason, prm.finalNotify)
+
+    # ---- commands, run on the SIP thread through SipEndpoint.call_soon
+    def answer_with(self, code: int, reason: str = "") -> None:
+        op = pj.CallOpParam(True)
+        op.statusCode = code
+        if reason:
+            op.reason = reason
+        self.answer(op)
+
+    def hangup_now(self) -> None:
+        if self.disconnected:
+            return
+        op = pj.CallOpParam(True)
+        self.hangup(op)
+
+    def refer(self, uri: str) -> None:
+        self.xfer(uri, pj.CallOpParam(True))
+
+    def send_digits(self, digits: str) -> None:
+        prm = pj.CallSendDtmfParam()
+        prm.method = pj.PJSUA_DTMF_METHOD_RFC2833
+        prm.digits = digits
+        self.sendDtmf(prm)
+
+
+class _Account(pj.Account):
+    def __init__(self, endpoint: "SipEndpoint"):
+        super().__init__()
+        self.endpoint = endpoint
+
+    def onIncomingCall(self, prm):  # noqa: N802
+        self.endpoint._incoming(self, prm)
+
+    def onRegState(self, prm):  # noqa: N802
+        log.info("sip_registration", code=prm.code, reason=prm.reason, expiration=prm.expiration)
+
+
+class SipEndpoint:
+    """Owns pjsua2 on one thread. `on_incoming(call, info)` is called on the asyncio loop for each
+    new call that fits under max_calls; the callee decides by calling `answer()`."""
+
+    def __init__(self, config: SipConfig, loop: asyncio.AbstractEventLoop,
+                 on_incoming: Callable[[SipCall, CallInfo], None]):
+        self.config = config
+        self.loop = loop
+        self.on_incoming = on_incoming
+        self._commands: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._start_error: BaseException | None = None
+        self.calls: dict[str, SipCall] = {}
+        self._graveyard: list[SipCall] = []
+        self.rejected_busy = 0
+
+    # ---------------------------------------------------------------- threads
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pjsua2", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._start_error:
+            raise self._start_error
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+
+    def post(self, fn, *args) -> None:
+        """Run fn(*args) on the asyncio loop (from the SIP thread)."""
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # loop closed during shutdown
+
+    def call_soon(self, fn, *args) -> concurrent.futures.Future:
+        """Run fn(*args) on the SIP thread; returns a future for its result."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._commands.put((fn, args, fut))
+        return fut
+
+    async def run_on_sip(self, fn, *args):
+        return await asyncio.wrap_future(self.call_soon(fn, *args))
+
+    def _run(self) -> None:
+        ep = pj.Endpoint()
+        self.ep = ep
+        try:
+            self._init(ep)
+        except BaseException as exc:  # report to start() instead of dying silently
+            self._start_error = exc
+            self._ready.set()
+            try:
+                ep.libDestroy()
+            except Exception:
+                pass
+            return
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                ep.libHandleEvents(POLL_MS)
+                self._drain_commands()
+                self._graveyard.clear()
+        finally:
+            self._shutdown(ep)
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                fn, args, fut = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args))
+                except BaseException as exc:
+                    fut.set_exception(_as_sip_error(exc))
+
+    def _init(self, ep: "pj.Endpoint") -> None:
+        cfg = self.config
+        ep.libCreate()
+        ep_cfg = pj.EpConfig()
+        ep_cfg.uaConfig.threadCnt = 0
+        ep_cfg.uaConfig.mainThreadOnly = True
+        ep_cfg.uaConfig.maxCalls = cfg.max_calls
+        ep_cfg.uaConfig.userAgent = "callcenter"
+        ep_cfg.logConfig.level = 1
+        ep_cfg.logConfig.consoleLevel = 1
+        ep_cfg.medConfig.clockRate = SAMPLE_RATE
+        ep_cfg.medConfig.sndClockRate = SAMPLE_RATE
+        ep_cfg.medConfig.channelCount = 1
+        ep_cfg.medConfig.audioFramePtime = FRAME_MS
+        ep_cfg.medConfig.noVad = True
+        ep_cfg.medConfig.ecTailLen = 0
+        ep.libInit(ep_cfg)
+        tcfg = pj.TransportConfig()
+        tcfg.port = cfg.listen.port
+        tcfg.boundAddress = cfg.listen.host
+        try:
+            ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
+        except pj.Error as exc:
+            raise SipError(
+                f"cannot listen for SIP on udp {cfg.listen.host}:{cfg.listen.port}: {exc.reason.strip()} "
+                "(is another agent or softphone using that port?)"
+            ) from None
+        ep.libStart()
+        ep.audDevManager().setNullDev()
+        for codec in ep.codecEnum2():
+            ep.codecSetPriority(codec.codecId, 0)
+        for prio, name in zip(range(255, 0, -1), cfg.codecs):
+            ep.codecSetPriority(CODEC_IDS[name], prio)
+        acfg = pj.AccountConfig()
+        host = cfg.listen.host if cfg.listen.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        acfg.idUri = f"sip:{cfg.agent_user}@{host}:{cfg.listen.port}"
+        acfg.mediaConfig.transportConfig.port = cfg.rtp_port
+        acfg.mediaConfig.transportConfig.portRange = 1000
+        if cfg.listen.host not in ("0.0.0.0", "::"):
+            acfg.mediaConfig.transportConfig.boundAddress = cfg.listen.host
+        if cfg.registration:
+            reg = cfg.registration
+            domain = reg.domain or reg.registrar.split(":", 1)[1]
+            acfg.idUri = f"sip:{reg.user}@{domain}"
+            acfg.regConfig.registrarUri = reg.registrar
+            acfg.regConfig.timeoutSec = reg.expires_s
+            acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", reg.realm, reg.user, 0, reg.secret()))
+        self.account = _Account(self)
+        self.account.create(acfg, True)
+        log.info("sip_listening", address=f"udp:{cfg.listen.host}:{cfg.listen.port}", uri=acfg.idUri,
+                 max_calls=cfg.max_calls, codecs=cfg.codecs)
+
+    def _shutdown(self, ep) -> None:
+        for call in list(self.calls.values()):
+            try:
+                call.hangup_now()
+            except Exception:
+                pass
+        deadline = time.monotonic() + 1.0
+        while self.calls and time.monotonic() < deadline:
+            ep.libHandleEvents(POLL_MS)
+        for call in list(self.calls.values()):
+            call.port = None
+        self.calls.clear()
+        self._graveyard.clear()
+        try:
+            self.account.shutdown()
+        except Exception:
+            pass
+        self.account = None
+        ep.libDestroy()
+
+    # ---------------------------------------------------------------- calls (SIP thread)
+    def _incoming(self, account, prm) -> None:
+        call = SipCall(self, account, prm.callId)
+        try:
+            ci = call.getInfo()
+            info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri)
+            call.info = info
+            active = sum(1 for c in self.calls.values() if not c.disconnected)
+            if active >= self.config.max_calls:
+                self.rejected_busy += 1
+                log.warning("sip_call_rejected", reason="max_calls", max_calls=self.config.max_calls,
+                            remote=info.remote_uri)
+                call.answer_with(SIP_BUSY_HERE, "Too many calls")
+                self._graveyard.append(call)
+                return
+            self.calls[info.call_id] = call
+            call.answer_with(SIP_RINGING)
+            self.post(self.on_incoming, call, info)
+        except pj.Error as exc:
+            log.error("sip_incoming_failed", error=exc.info())
+            self._graveyard.append(call)
+
+    def forget(self, call: SipCall) -> None:
+        if call.info:
+            self.calls.pop(call.info.call_id, None)
+        self._graveyard.append(call)
+
+
+def _as_sip_error(exc: BaseException) -> BaseException:
+    if isinstance(exc, pj.Error):
+        return SipError(f"{exc.title}: {exc.reason.strip()} (status {exc.status})")
+    return exc

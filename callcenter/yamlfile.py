@@ -1,0 +1,95 @@
+"""Loading user YAML files into pydantic models with errors that name file, line, column and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class UserFileError(ValueError):
+    """One or more problems in a user file, each as `file:line:col: message`."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _positions(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]]:
+    """Map every key path in a composed YAML tree to its (line, col), 1-based."""
+    pos = {path: (node.start_mark.line + 1, node.start_mark.column + 1)}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = path + (key.value,)
+            pos.update(_positions(value, sub))
+            pos[sub] = (key.start_mark.line + 1, key.start_mark.column + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            pos.update(_positions(item, path + (i,)))
+    return pos
+
+
+class LocatedYaml:
+    """A parsed YAML document that can tell where any key path sits in the file."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            self.data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            raise UserFileError([f"{where}: invalid YAML: {exc.problem or exc}"]) from None
+        except yaml.YAMLError as exc:
+            raise UserFileError([f"{path}: invalid YAML: {exc}"]) from None
+        self._pos = _positions(node) if node is not None else {}
+
+    def file_loc(self, loc: tuple) -> tuple:
+        """Drop the parts of a pydantic error location that are not keys in the file (the tags
+        of tagged unions, for example), keeping those that are."""
+        out: tuple = ()
+        rest = list(loc)
+        while rest:
+            head = rest.pop(0)
+            if out + (head,) in self._pos or not rest or out + (rest[0],) not in self._pos:
+                out += (head,)
+        return out
+
+    def where(self, loc: tuple) -> str:
+        loc = tuple(loc)
+        while loc and loc not in self._pos:
+            loc = loc[:-1]
+        line, col = self._pos.get(loc, (1, 1))
+        return f"{self.path}:{line}:{col}"
+
+
+def _field_name(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_model(path: str | Path, model: type[M], context: dict[str, Any] | None = None) -> tuple[M, LocatedYaml]:
+    """Parse and validate a YAML file; every problem is reported with its position."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserFileError([f"{path}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserFileError([f"{path}: cannot read: {exc}"]) from None
+    doc = LocatedYaml(path, text)
+    if not isinstance(doc.data, dict):
+        raise UserFileError([f"{path}:1:1: expected a mapping at the top level"])
+    try:
+        return model.model_validate(doc.data, context=context), doc
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = doc.file_loc(err["loc"])
+            problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {err['msg']}")
+        raise UserFileError(problems) from None
+
