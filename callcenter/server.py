@@ -155,3 +155,61 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     except SipError as exc:
         raise SystemExit(f"callcenter: {exc}") from None
     return 0
+
+
+class AgentProcess:
+    """`callcenter serve` as a child process on its own SIP port and recordings folder (tests,
+    benchmarks, the demo)."""
+
+    def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
+                 max_calls: int = 4):
+        import sys
+
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.recordings = self.dir / "recordings"
+        self.config = self.dir / "sip.yaml"
+        self.config.write_text(
+            f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"
+            f"recordings: {self.recordings}\n"
+        )
+        self.sip_port = sip_port
+        self.uri = f"sip:agent@127.0.0.1:{sip_port}"
+        self.log_path = self.dir / "agent.log"
+        self.cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(self.config), "--flow", str(flow)]
+        self.proc = None
+
+    def start(self, timeout: float = 90) -> "AgentProcess":
+        import subprocess
+        import time
+
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if '"sip_listening"' in self.log():
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"agent did not start listening within {timeout} s:\n{self.log()[-3000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        """kill -9, as a crash would."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def calls(self) -> list[Path]:
+        return sorted(self.recordings.glob("*/*.jsonl"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -9,6 +10,20 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class YamlLoader(yaml.SafeLoader):
+    """Safe YAML with YAML 1.2 booleans: only true/false are booleans, so a caller's "yes", "no",
+    "on" or "off" stays the word the author wrote."""
+
+
+YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 class UserFileError(ValueError):
@@ -39,8 +54,8 @@ class LocatedYaml:
     def __init__(self, path: Path, text: str):
         self.path = path
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-            self.data = yaml.safe_load(text)
+            node = yaml.compose(text, Loader=YamlLoader)
+            self.data = yaml.load(text, Loader=YamlLoader)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -53,12 +68,22 @@ class LocatedYaml:
         """Drop the parts of a pydantic error location that are not keys in the file (the tags
         of tagged unions, for example), keeping those that are."""
         out: tuple = ()
-        rest = list(loc)
-        while rest:
-            head = rest.pop(0)
-            if out + (head,) in self._pos or not rest or out + (rest[0],) not in self._pos:
-                out += (head,)
+        for head in loc:
+            if out + (head,) not in self._pos:
+                here = self._data_at(out)
+                if isinstance(here, dict) and head not in here and head in here.values():
+                    continue  # a tag pydantic added (the value of a discriminator field)
+            out += (head,)
         return out
+
+    def _data_at(self, loc: tuple):
+        data = self.data
+        for key in loc:
+            try:
+                data = data[key]
+            except (KeyError, IndexError, TypeError):
+                return None
+        return data
 
     def where(self, loc: tuple) -> str:
         loc = tuple(loc)

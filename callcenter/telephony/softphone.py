@@ -1,0 +1,120 @@
+"""A real SIP softphone (baresip, headless) that places calls to the agent: used by the demo, the
+tests and `callcenter bench call`. The caller's microphone is a WAV file (the call lasts as long as
+the file); what the caller hears is dumped to `dump-*-dec.wav` in the work directory."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.audio.wavfile import read_wav, write_wav
+
+BARESIP_MODULES = ("stdio", "g711", "aufile", "aubridge", "sndfile", "account", "menu")
+MODULE_DIRS = ("/usr/lib/baresip/modules", "/usr/lib/x86_64-linux-gnu/baresip/modules",
+               "/usr/lib/aarch64-linux-gnu/baresip/modules", "/usr/local/lib/baresip/modules")
+
+
+class SoftphoneError(RuntimeError):
+    pass
+
+
+def _module_dir() -> str:
+    for d in MODULE_DIRS:
+        if Path(d, "g711.so").exists():
+            return d
+    raise SoftphoneError("baresip modules not found (apt-get install baresip-core)")
+
+
+def caller_audio(speech_wavs: list[Path], out: Path, lead_s: float, gap_s: float, tail_s: float) -> Path:
+    """Build the caller's microphone: silence, each utterance separated by gaps, silence at the end."""
+    parts = [bytes(int(lead_s * SAMPLE_RATE) * 2)]
+    for i, wav in enumerate(speech_wavs):
+        parts.append(read_wav(wav))
+        parts.append(bytes(int((gap_s if i < len(speech_wavs) - 1 else tail_s) * SAMPLE_RATE) * 2))
+    write_wav(out, b"".join(parts))
+    return out
+
+
+class Softphone:
+    """One baresip process placing one call."""
+
+    def __init__(self, workdir: Path, mic_wav: Path, user: str = "caller"):
+        if not shutil.which("baresip"):
+            raise SoftphoneError("baresip is not installed (apt-get install baresip-core)")
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        mods = "\n".join(f"module {m}.so" for m in BARESIP_MODULES)
+        (self.dir / "config").write_text(
+            f"poll_method epoll\nsip_listen 127.0.0.1:0\naudio_player aubridge,nil\n"
+            f"audio_source aufile,{Path(mic_wav).resolve()}\naudio_alert aubridge,nil\n"
+            f"net_interface 127.0.0.1\nmodule_path {_module_dir()}\n{mods}\nsnd_path {self.dir.resolve()}\n"
+        )
+        (self.dir / "accounts").write_text(f"<sip:{user}@127.0.0.1>;regint=0\n")
+        self.log_path = self.dir / "baresip.log"
+        self.proc: subprocess.Popen | None = None
+        self.dialed_at: float | None = None
+
+    def dial(self, uri: str) -> None:
+        self.proc = subprocess.Popen(
+            ["baresip", "-f", str(self.dir)], stdin=subprocess.PIPE, stdout=open(self.log_path, "wb"),
+            stderr=subprocess.STDOUT, cwd=self.dir,
+        )
+        self._wait_log("baresip is ready", 10)
+        self.dialed_at = time.monotonic()
+        self.send(f"/dial {uri}")
+
+    def send(self, line: str) -> None:
+        assert self.proc and self.proc.stdin
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def press(self, digits: str) -> None:
+        """Keypad digits, sent as RFC 4733 telephone events."""
+        for d in digits:
+            self.send(d)
+            time.sleep(0.3)
+
+    def hangup(self) -> None:
+        self.send("/hangup")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _wait_log(self, needle: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log():
+                return True
+            if self.proc and self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        return False
+
+    def wait_established(self, timeout: float = 10) -> bool:
+        return self._wait_log("Call established", timeout)
+
+    def wait_ended(self, timeout: float = 120) -> bool:
+        return self._wait_log("terminated", timeout) or self._wait_log("Call failed", 0.1)
+
+    def close(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.send("/quit")
+                self.proc.wait(5)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+    def received_wav(self) -> Path | None:
+        """The audio this caller heard (written by baresip's sndfile module)."""
+        found = sorted(self.dir.glob("dump-*-dec.wav"))
+        return found[-1] if found else None
+
+    def __enter__(self) -> "Softphone":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

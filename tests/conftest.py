@@ -1,0 +1,78 @@
+import itertools
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOW = ROOT / "flows" / "support.yaml"
+SHARED_EVAL = ROOT.parent / "shared" / "eval"
+
+_ports = itertools.count(0)
+
+
+def free_udp_port() -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 60000:
+            return port
+
+
+def rtp_base() -> int:
+    """A distinct RTP port range per agent started in this test run."""
+    return 20000 + 1000 * (next(_ports) % 30)
+
+
+def flite(text: str, out: Path, voice: str = "kal") -> Path:
+    """Caller speech made with flite (Debian), a synthetic but intelligible voice."""
+    if not shutil.which("flite"):
+        pytest.skip("flite is not installed")
+    subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def caller_voice(tmp_path_factory):
+    d = tmp_path_factory.mktemp("caller")
+
+    def make(name: str, text: str) -> Path:
+        path = d / f"{name}.wav"
+        if not path.exists():
+            flite(text, path)
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def stt():
+    from callcenter.hearing.stt import WhisperStt
+
+    return WhisperStt()
+
+
+@pytest.fixture(scope="session")
+def tts():
+    from callcenter.voice.espeak import EspeakTts
+
+    return EspeakTts()
+
+
+@pytest.fixture(scope="session")
+def flow():
+    from callcenter.dialog.flow import load_flow
+
+    return load_flow(FLOW)
+
+
+@pytest.fixture
+def agent(tmp_path):
+    from callcenter.server import AgentProcess
+
+    proc = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()
+    yield proc
+    proc.stop()

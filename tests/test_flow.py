@@ -1,0 +1,95 @@
+import textwrap
+
+import pytest
+
+from callcenter.dialog.flow import load_flow
+from callcenter.yamlfile import UserFileError
+
+GOOD = """\
+name: t
+start: greet
+nodes:
+  greet:
+    type: say
+    text: Hello.
+    next: menu
+  menu:
+    type: ask
+    prompt: Say yes or press 1.
+    on_failure: bye
+    intents:
+      yes:
+        examples: ["yes"]
+        keypad: "1"
+        next: bye
+  bye:
+    type: hangup
+    text: Bye.
+"""
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "flow.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def problems(tmp_path, text: str) -> list[str]:
+    with pytest.raises(UserFileError) as exc:
+        load_flow(write(tmp_path, text))
+    return exc.value.problems
+
+
+def test_example_flow_loads(flow):
+    assert flow.start == "greet"
+    assert {"greet", "main_menu", "billing_answer", "to_operator", "goodbye"} <= set(flow.nodes)
+
+
+def test_good_flow(tmp_path):
+    assert load_flow(write(tmp_path, GOOD)).nodes["menu"].intents["yes"].keypad == "1"
+
+
+def test_unknown_node_names_file_line_and_field(tmp_path):
+    ps = problems(tmp_path, GOOD.replace("next: menu", "next: menuu"))
+    assert f"{tmp_path / 'flow.yaml'}:7:5: unknown node 'menuu'" in ps
+    assert any("node 'menu' is unreachable" in p for p in ps)
+
+
+def test_typo_in_field_name(tmp_path):
+    ps = problems(tmp_path, GOOD.replace("    text: Hello.", "    txt: Hello."))
+    assert any(":6:5: nodes.greet.txt: Extra inputs" in p for p in ps), ps
+    assert any(":4:3: nodes.greet.text: Field required" in p for p in ps), ps
+
+
+def test_missing_field_and_bad_type(tmp_path):
+    ps = problems(tmp_path, GOOD.replace("    type: hangup", "    type: hang_up"))
+    assert any(":17:3: nodes.bye:" in p and "'hang_up'" in p for p in ps), ps
+
+
+def test_bad_keypad_digit(tmp_path):
+    (p,) = problems(tmp_path, GOOD.replace('keypad: "1"', 'keypad: "12"'))
+    assert ":15:9: nodes.menu.intents.yes.keypad:" in p
+
+
+def test_yaml_syntax_error_has_position(tmp_path):
+    (p,) = problems(tmp_path, GOOD.replace("text: Hello.", "text: [Hello."))
+    assert "invalid YAML" in p and f"{tmp_path / 'flow.yaml'}:" in p
+
+
+def test_unreachable_and_duplicate_keypad(tmp_path):
+    text = GOOD + "  orphan:\n    type: hangup\n"
+    text = text.replace('        next: bye\n  bye', '        next: bye\n      no:\n        keypad: "1"\n        next: bye\n  bye')
+    ps = problems(tmp_path, text)
+    assert any("unreachable" in p and "orphan" in p for p in ps), ps
+    assert any("keypad 1 already selects 'yes'" in p for p in ps), ps
+
+
+def test_transfer_needs_sip_uri(tmp_path):
+    text = GOOD.replace("  bye:\n    type: hangup\n    text: Bye.\n", "  bye:\n    type: transfer\n    to: operator\n")
+    ps = problems(tmp_path, text)
+    assert any(":17:3:" in p or ":19:" in p for p in ps) and any("not a SIP URI" in p for p in ps), ps
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserFileError, match="no such file"):
+        load_flow(tmp_path / "nope.yaml")

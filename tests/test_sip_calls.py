@@ -1,0 +1,136 @@
+"""Real SIP calls over loopback: baresip and sipp call the running agent (`callcenter serve`)."""
+
+import re
+import shutil
+import subprocess
+import time
+import wave
+
+import numpy as np
+import pytest
+
+from callcenter.audio.wavfile import read_wav
+from callcenter.call.events import read_events
+from callcenter.call.recording import repair_wav
+from callcenter.telephony.softphone import Softphone, caller_audio
+
+pytestmark = [pytest.mark.sip, pytest.mark.slow]
+
+if not shutil.which("baresip"):
+    pytest.skip("baresip is not installed (scripts/setup installs it)", allow_module_level=True)
+
+
+def first_sound_s(pcm: bytes, threshold_dbfs: float = -40.0) -> float | None:
+    x = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
+    for i in range(0, len(x) - 160, 160):
+        seg = x[i : i + 160]
+        if 10 * np.log10(np.mean(seg * seg) + 1e-12) > threshold_dbfs:
+            return i / 8000
+    return None
+
+
+BILLING_WORDS = {"latest", "online", "account", "payment", "payments", "business"}
+TECHNICAL_WORDS = {"technical", "support", "restart", "router", "unplugging", "seconds", "connection", "minutes"}
+
+
+def heard_words(stt, pcm: bytes) -> set[str]:
+    return set(re.findall(r"[a-z]+", stt.transcribe_pcm(pcm).text.lower()))
+
+
+def only_call_events(agent):
+    (jsonl,) = agent.calls()
+    return jsonl, read_events(jsonl)
+
+
+def test_billing_call_by_voice(agent, caller_voice, stt, tmp_path):
+    """Greeting within 1.5 s, the spoken billing request answered, caller's BYE ends the call."""
+    bill = caller_voice("bill", "I have a question about my bill")
+    mic = caller_audio([bill], tmp_path / "mic.wav", lead_s=13.0, gap_s=0, tail_s=12.0)
+    with Softphone(tmp_path / "phone", mic) as phone:
+        phone.dial(agent.uri)
+        assert phone.wait_established(10), phone.log()
+        assert phone.wait_ended(60), phone.log()
+        heard = read_wav(phone.received_wav())
+    onset = first_sound_s(heard)
+    assert onset is not None and onset < 1.5, f"greeting started {onset} s after answer"
+    reply = heard_words(stt, heard[int(14.5 * 8000) * 2 :])
+    assert len(reply & BILLING_WORDS) >= 3, reply
+    time.sleep(1)
+    jsonl, events = only_call_events(agent)
+    kinds = [e["kind"] for e in events]
+    assert kinds[-1] == "call_end" and events[-1]["ended_by"] == "caller"
+    decision = next(e for e in events if e["kind"] == "flow_decision")
+    assert decision["intent"] == "billing" and decision["via"] == "speech"
+    with wave.open(str(jsonl.with_suffix(".wav"))) as w:
+        assert w.getnchannels() == 2 and w.getframerate() == 8000
+        seconds = w.getnframes() / 8000
+        stereo = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, 2)
+    assert 20 < seconds < 40
+    assert np.abs(stereo[:, 0]).max() > 1000 and np.abs(stereo[:, 1]).max() > 1000  # both sides recorded
+
+
+def test_keypad_2_routes_to_technical_and_bye_mid_prompt(agent, stt, tmp_path):
+    mic = caller_audio([], tmp_path / "mic.wav", lead_s=60, gap_s=0, tail_s=0)
+    with Softphone(tmp_path / "phone", mic) as phone:
+        phone.dial(agent.uri)
+        assert phone.wait_established(10), phone.log()
+        time.sleep(4.0)  # during the menu prompt: the digit interrupts it
+        phone.press("2")
+        time.sleep(5.0)  # mid-way through the technical answer
+        phone.hangup()
+        assert phone.wait_ended(10), phone.log()
+        heard = read_wav(phone.received_wav())
+    time.sleep(1)
+    jsonl, events = only_call_events(agent)
+    dtmf = [e for e in events if e["kind"] == "dtmf"]
+    assert [e["digit"] for e in dtmf] == ["2"]
+    decision = next(e for e in events if e["kind"] == "flow_decision")
+    assert decision["intent"] == "technical" and decision["via"] == "keypad"
+    assert any(e["kind"] == "barge_in" and e["reason"] == "keypad" for e in events)
+    reply = heard_words(stt, heard[int(dtmf[0]["t"] * 8000) * 2 :])
+    assert len(reply & TECHNICAL_WORDS) >= 3, reply
+    assert events[-1]["kind"] == "call_end" and events[-1]["ended_by"] == "caller"
+    assert repair_wav(jsonl.with_suffix(".wav")) is False  # header already final
+
+
+def test_fifth_simultaneous_call_is_rejected(agent, tmp_path):
+    if not shutil.which("sipp"):
+        pytest.skip("sipp is not installed")
+    out = subprocess.run(
+        ["sipp", "-sn", "uac", f"127.0.0.1:{agent.sip_port}", "-i", "127.0.0.1", "-p", "0", "-m", "5", "-l", "5",
+         "-r", "50", "-d", "4000", "-timeout", "30", "-nostdin", "-trace_stat", "-stf", str(tmp_path / "stat.csv"),
+         "-trace_err", "-error_file", str(tmp_path / "err.log")],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    stat = (tmp_path / "stat.csv").read_text().splitlines()
+    header, last = stat[0].split(";"), stat[-1].split(";")
+    row = dict(zip(header, last))
+    assert int(row["SuccessfulCall(C)"]) == 4, out.stdout[-2000:]
+    assert int(row["FailedCall(C)"]) == 1
+    assert "486" in (tmp_path / "err.log").read_text()
+    assert "sip_call_rejected" in agent.log() or "486" in (tmp_path / "err.log").read_text()
+    time.sleep(1)
+    assert len(agent.calls()) == 4  # four recorded calls, each ended by the caller's BYE
+    for jsonl in agent.calls():
+        assert read_events(jsonl)[-1]["kind"] == "call_end"
+
+
+def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):
+    mic = caller_audio([], tmp_path / "mic.wav", lead_s=30, gap_s=0, tail_s=0)
+    with Softphone(tmp_path / "phone", mic) as phone:
+        phone.dial(agent.uri)
+        assert phone.wait_established(10), phone.log()
+        time.sleep(4.5)
+        agent.kill()
+    jsonl = agent.calls()[0]
+    wav = jsonl.with_suffix(".wav")
+    with wave.open(str(wav)) as w:  # playable as left by the crash
+        assert w.getnchannels() == 2 and w.getnframes() >= 8000 * 3
+    kinds = [e["kind"] for e in read_events(jsonl)]
+    assert kinds[0] == "call_start" and "first_rtp_out" in kinds
+    repair_wav(wav)
+    with wave.open(str(wav)) as w:
+        assert 4.0 <= w.getnframes() / 8000 <= 5.5
+    # a restart repairs whatever is still stale, and the agent takes calls again
+    agent.start()
+    assert re.search(r"sip_listening", agent.log())

@@ -1,0 +1,34 @@
+import pytest
+
+from callcenter.telephony.config import PJSUA_MAX_CALLS, load_sip_config
+from callcenter.yamlfile import UserFileError
+
+
+def test_shipped_configs_load():
+    cfg = load_sip_config("sip_configs/local.yaml")
+    assert (cfg.listen.host, cfg.listen.port, cfg.max_calls) == ("127.0.0.1", 5062, PJSUA_MAX_CALLS)
+    reg = load_sip_config("sip_configs/registrar-example.yaml").registration
+    assert reg.password_env == "CALLCENTER_SIP_PASSWORD"
+
+
+def test_bad_config_names_line_and_field(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("listen:\n  host: localhost\n  port: 99999\nmax_calls: 9\n")
+    with pytest.raises(UserFileError) as exc:
+        load_sip_config(p)
+    text = str(exc.value)
+    assert f"{p}:2:" in text and "listen.host" in text
+    assert f"{p}:3:" in text and "listen.port" in text
+    assert f"{p}:4:" in text and "max_calls" in text
+
+
+def test_registration_needs_one_password(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("registration:\n  registrar: sip:pbx.example.com\n  user: u\n")
+    with pytest.raises(UserFileError, match="exactly one of password or password_env"):
+        load_sip_config(p)
+
+
+def test_missing_config(tmp_path):
+    with pytest.raises(UserFileError, match="no such file"):
+        load_sip_config(tmp_path / "nope.yaml")
