@@ -76,6 +76,12 @@ def cmd_serve(args) -> int:
     return serve(args.config, args.flow, stt_model=args.stt_model)
 
 
+def cmd_demo(args) -> int:
+    from callcenter.demo import run_demo
+
+    return run_demo(args.config, args.flow, Path(args.out))
+
+
 def cmd_flows_check(args) -> int:
     bad = 0
     for path in args.files:
@@ -91,7 +97,7 @@ def cmd_flows_check(args) -> int:
 def cmd_bench(args) -> int:
     from callcenter.bench import bench_call
 
-    report = bench_call(calls=args.calls, config=args.config, flow=args.flow, out=Path(args.json))
+    report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent)
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -106,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--stt-model", default=None, help="a faster-whisper model directory (default: tiny.en)")
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")
+    s.add_argument("--config", default="sip_configs/local.yaml")
+    s.add_argument("--flow", default="flows/support.yaml")
+    s.add_argument("--out", default="recordings/demo")
+    s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("simulate", help="run a whole call offline from caller WAV files")
     s.add_argument("--flow", required=True)
@@ -133,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
     s = b.add_parser("call", help="scripted calls over real SIP: per-stage turn latency")
     s.add_argument("--calls", type=int, default=4)
-    s.add_argument("--config", default="sip_configs/local.yaml")
+    s.add_argument("--concurrent", type=int, default=1, help="calls in flight at once (at most 4)")
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)

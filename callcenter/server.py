@@ -162,12 +162,12 @@ class AgentProcess:
     benchmarks, the demo)."""
 
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
-                 max_calls: int = 4):
+                 max_calls: int = 4, recordings: Path | None = None):
         import sys
 
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.recordings = self.dir / "recordings"
+        self.recordings = Path(recordings).resolve() if recordings else self.dir / "recordings"
         self.config = self.dir / "sip.yaml"
         self.config.write_text(
             f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"

@@ -77,6 +77,7 @@ class CallSession:
         self._tasks: list[asyncio.Task] = []
         self._decide_lock = asyncio.Lock()
         self._in_flight = 0  # caller turns heard but not yet answered
+        self._ending_by: str | None = None  # set when the agent starts ending the call itself
         bridge._on_first_frame = self._first_frame_out
         bridge._on_utterance_played = self._utterance_played
 
@@ -95,7 +96,7 @@ class CallSession:
     def end(self, by: str) -> None:
         """The call is over (caller hung up, or the agent finished)."""
         if not self._ended.is_set():
-            self.result.ended_by = by
+            self.result.ended_by = self._ending_by or by
             self._ended.set()
 
     async def _shutdown(self) -> None:
@@ -216,15 +217,18 @@ class CallSession:
                 self._start_no_input(action.timeout_s)
             elif isinstance(action, Transfer):
                 await asyncio.sleep(GOODBYE_GRACE_S)
+                self._ending_by = "transfer"
                 self.events.emit(ev.TRANSFER, to=action.to)
                 ok = await self.control.transfer(action.to)
                 self.events.emit(ev.TRANSFER, to=action.to, accepted=ok)
-                self.end("transfer" if ok else "agent")
+                self._ending_by = "transfer" if ok else "agent"
+                self.end(self._ending_by)
                 if not ok:
                     await self.control.hangup()
                 return
             elif isinstance(action, Hangup):
                 await asyncio.sleep(GOODBYE_GRACE_S)
+                self._ending_by = "agent"
                 self.events.emit(ev.HANGUP, by="agent")
                 await self.control.hangup()
                 self.end("agent")

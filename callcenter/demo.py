@@ -1,0 +1,67 @@
+"""`callcenter demo`: start the agent on the embedded defaults and place a real SIP call to it with
+baresip. The caller asks about a bill by voice, then says that's all; the agent answers and hangs up.
+Prints the conversation and where the recording, the transcript and the caller's audio are."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from callcenter.call.events import read_events
+from callcenter.server import AgentProcess
+from callcenter.telephony.config import load_sip_config
+from callcenter.telephony.softphone import Softphone, caller_audio
+
+DEMO_LINES = ("I have a question about my bill", "No thanks, that's all")
+
+
+def run_demo(config: str, flow: str, out: Path) -> int:
+    cfg = load_sip_config(config)
+    if not shutil.which("flite"):
+        raise RuntimeError("the demo caller's voice needs flite (run scripts/setup)")
+    work = Path(tempfile.mkdtemp(prefix="callcenter-demo-"))
+    lines = []
+    for i, text in enumerate(DEMO_LINES):
+        p = work / f"caller{i}.wav"
+        subprocess.run(["flite", "-voice", "kal", "-t", text, "-o", str(p)], check=True)
+        lines.append(p)
+    mic = caller_audio(lines, work / "mic.wav", lead_s=13.0, gap_s=11.0, tail_s=8.0)
+    agent = AgentProcess(work, cfg.listen.port, cfg.rtp_port, flow, recordings=cfg.recordings)
+    print(f"starting the agent on udp 127.0.0.1:{cfg.listen.port} (loading speech models)...")
+    agent.start()
+    before = set(agent.calls())
+    try:
+        print(f"calling {agent.uri} with baresip; the call lasts about 45 s...")
+        with Softphone(work / "phone", mic) as phone:
+            phone.dial(agent.uri)
+            if not phone.wait_established(10):
+                print(phone.log()[-2000:])
+                return 1
+            phone.wait_ended(120)
+            heard = phone.received_wav()
+            out.mkdir(parents=True, exist_ok=True)
+            if heard:
+                shutil.copy(heard, out / "caller-heard.wav")
+    finally:
+        agent.stop()
+    new = sorted(set(agent.calls()) - before)
+    if not new:
+        print("no call was recorded; agent log:\n" + agent.log()[-3000:])
+        return 1
+    jsonl = new[-1]
+    print()
+    for e in read_events(jsonl):
+        if e["kind"] == "agent_say":
+            print(f"  agent  [{e['t']:6.2f}s] {e['text']}")
+        elif e["kind"] == "stt_final":
+            print(f"  caller [{e['t']:6.2f}s] {e['text']}")
+        elif e["kind"] == "flow_decision":
+            print(f"         [{e['t']:6.2f}s] -> {e['intent'] or e['via']} (node {e['next_node']})")
+    print()
+    print(f"recording (left caller, right agent): {jsonl.with_suffix('.wav')}")
+    print(f"events and transcript:                {jsonl}")
+    print(f"what the caller heard:                {out / 'caller-heard.wav'}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0

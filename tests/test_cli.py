@@ -1,0 +1,78 @@
+"""Bad input gets a clear one-line error and a non-zero exit, never a traceback."""
+
+import socket
+import subprocess
+import sys
+import wave
+
+import numpy as np
+import pytest
+
+from tests.conftest import FLOW, free_udp_port
+
+
+def cc(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "callcenter.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_flows_check_ok_and_typo(tmp_path):
+    assert cc("flows", "check", FLOW).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(FLOW.read_text().replace("next: main_menu", "next: main_menuu", 1))
+    r = cc("flows", "check", bad)
+    assert r.returncode == 1 and f"{bad}:" in r.stdout and "unknown node 'main_menuu'" in r.stdout
+
+
+def test_serve_with_missing_or_invalid_config(tmp_path):
+    r = cc("serve", "--config", tmp_path / "nope.yaml")
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("listen: {port: seventy}\n")
+    r = cc("serve", "--config", cfg)
+    assert r.returncode == 2 and f"{cfg}:1:" in r.stderr and "listen.port" in r.stderr
+
+
+def test_serve_on_a_port_in_use(tmp_path):
+    port = free_udp_port()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"listen: {{host: 127.0.0.1, port: {port}}}\nrecordings: {tmp_path / 'rec'}\n")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", port))
+        r = cc("serve", "--config", cfg, "--flow", FLOW)
+    assert r.returncode != 0
+    assert f"cannot listen for SIP on udp 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_transcribe_resamples_a_44k_stereo_wav(tmp_path, caller_voice):
+    from callcenter.audio.wavfile import read_wav
+
+    pcm = np.frombuffer(read_wav(caller_voice("bill", "I have a question about my bill"), rate=44100), "<i2")
+    path = tmp_path / "hi.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(44100)
+        w.writeframes(np.stack([pcm, pcm], axis=1).tobytes())
+    r = cc("transcribe", path)
+    assert r.returncode == 0 and "bill" in r.stdout.lower()
+
+
+def test_transcribe_garbage_file(tmp_path):
+    p = tmp_path / "x.wav"
+    p.write_bytes(b"RIFF0000garbage")
+    r = cc("transcribe", p)
+    assert r.returncode == 2 and "not a PCM WAV" in r.stderr
+
+
+def test_simulate_unknown_caller_step(tmp_path):
+    r = cc("simulate", "--flow", FLOW, "--caller", "dtmf:99", "--out", tmp_path)
+    assert r.returncode == 2 and "dtmf:" in r.stderr
+
+
+@pytest.mark.slow
+def test_say_writes_8k_audio(tmp_path):
+    r = cc("say", "Your account number is four seven two.", "--out", tmp_path / "s.wav")
+    assert r.returncode == 0
+    with wave.open(str(tmp_path / "s.wav")) as w:
+        assert w.getframerate() == 8000 and w.getnframes() > 8000
