@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ import numpy as np
 
 from callcenter.call.events import read_events
 from callcenter.server import AgentProcess
-from callcenter.telephony.softphone import Softphone, caller_audio
+from callcenter.telephony.softphone import Softphone, scripted_caller
 
 CALLER_LINES = ("I have a question about my bill", "No thanks, that's all")
 STAGES = ("endpoint", "stt", "flow", "tts", "transport")
@@ -67,16 +66,9 @@ def _pct(xs: list[float]) -> dict:
 
 def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
     """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip."""
-    if not shutil.which("flite"):
-        raise RuntimeError("the benchmark's caller voice needs flite (apt-get install flite)")
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
-    lines = []
-    for i, text in enumerate(CALLER_LINES):
-        p = work / f"line{i}.wav"
-        subprocess.run(["flite", "-voice", "kal", "-t", text, "-o", str(p)], check=True)
-        lines.append(p)
     # caller speaks after the greeting and menu prompt, and again after the answer
-    mic = caller_audio(lines, work / "mic.wav", lead_s=13.0, gap_s=11.0, tail_s=6.0)
+    mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
     agent = AgentProcess(work / "agent", _free_port(), 30000, flow).start()
 
     def one(i: int) -> None:

@@ -157,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level)
     from callcenter.audio.wavfile import AudioFileError
     from callcenter.hearing.stt import SttError
+    from callcenter.telephony.softphone import SoftphoneError
     from callcenter.voice.espeak import TtsError
 
     try:
         return args.fn(args)
-    except (UserFileError, CliError, AudioFileError, SttError, TtsError) as exc:
+    except (UserFileError, CliError, AudioFileError, SttError, TtsError, SoftphoneError) as exc:
         print(f"callcenter: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -5,29 +5,21 @@ Prints the conversation and where the recording, the transcript and the caller's
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from callcenter.call.events import read_events
 from callcenter.server import AgentProcess
 from callcenter.telephony.config import load_sip_config
-from callcenter.telephony.softphone import Softphone, caller_audio
+from callcenter.telephony.softphone import Softphone, scripted_caller
 
 DEMO_LINES = ("I have a question about my bill", "No thanks, that's all")
 
 
 def run_demo(config: str, flow: str, out: Path) -> int:
     cfg = load_sip_config(config)
-    if not shutil.which("flite"):
-        raise RuntimeError("the demo caller's voice needs flite (run scripts/setup)")
     work = Path(tempfile.mkdtemp(prefix="callcenter-demo-"))
-    lines = []
-    for i, text in enumerate(DEMO_LINES):
-        p = work / f"caller{i}.wav"
-        subprocess.run(["flite", "-voice", "kal", "-t", text, "-o", str(p)], check=True)
-        lines.append(p)
-    mic = caller_audio(lines, work / "mic.wav", lead_s=13.0, gap_s=11.0, tail_s=8.0)
+    mic = scripted_caller(DEMO_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=8.0)
     agent = AgentProcess(work, cfg.listen.port, cfg.rtp_port, flow, recordings=cfg.recordings)
     print(f"starting the agent on udp 127.0.0.1:{cfg.listen.port} (loading speech models)...")
     agent.start()

@@ -1,10 +1,11 @@
 import itertools
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from callcenter.telephony.softphone import flite_voice
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW = ROOT / "flows" / "support.yaml"
@@ -27,14 +28,6 @@ def rtp_base() -> int:
     return 20000 + 1000 * (next(_ports) % 30)
 
 
-def flite(text: str, out: Path, voice: str = "kal") -> Path:
-    """Caller speech made with flite (Debian), a synthetic but intelligible voice."""
-    if not shutil.which("flite"):
-        pytest.skip("flite is not installed")
-    subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(out)], check=True)
-    return out
-
-
 @pytest.fixture(scope="session")
 def caller_voice(tmp_path_factory):
     d = tmp_path_factory.mktemp("caller")
@@ -42,7 +35,9 @@ def caller_voice(tmp_path_factory):
     def make(name: str, text: str) -> Path:
         path = d / f"{name}.wav"
         if not path.exists():
-            flite(text, path)
+            if not shutil.which("flite"):
+                pytest.skip("flite is not installed")
+            flite_voice(text, path)
         return path
 
     return make

@@ -1,5 +1,6 @@
 """Real SIP calls over loopback: baresip and sipp call the running agent (`callcenter serve`)."""
 
+import asyncio
 import re
 import shutil
 import subprocess
@@ -9,7 +10,9 @@ import wave
 import numpy as np
 import pytest
 
-from callcenter.audio.wavfile import read_wav
+from callcenter.audio.g711 import ulaw_roundtrip
+from callcenter.audio.wavfile import read_wav, write_wav
+from callcenter.call.simulate import CallerStep, simulate_call
 from callcenter.call.events import read_events
 from callcenter.call.recording import repair_wav
 from callcenter.telephony.softphone import Softphone, caller_audio
@@ -42,8 +45,9 @@ def only_call_events(agent):
     return jsonl, read_events(jsonl)
 
 
-def test_billing_call_by_voice(agent, caller_voice, stt, tmp_path):
-    """Greeting within 1.5 s, the spoken billing request answered, caller's BYE ends the call."""
+def test_billing_call_by_voice(agent, caller_voice, stt, tts, flow, tmp_path):
+    """Greeting within 1.5 s, the spoken billing request answered, caller's BYE ends the call,
+    and `simulate` with the same caller audio gives the same transcript."""
     bill = caller_voice("bill", "I have a question about my bill")
     mic = caller_audio([bill], tmp_path / "mic.wav", lead_s=13.0, gap_s=0, tail_s=12.0)
     with Softphone(tmp_path / "phone", mic) as phone:
@@ -67,6 +71,14 @@ def test_billing_call_by_voice(agent, caller_voice, stt, tmp_path):
         stereo = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, 2)
     assert 20 < seconds < 40
     assert np.abs(stereo[:, 0]).max() > 1000 and np.abs(stereo[:, 1]).max() > 1000  # both sides recorded
+
+    # the same caller offline: her audio as the line delivered it (one G.711 µ-law trip)
+    line_bill = tmp_path / "bill-ulaw.wav"
+    write_wav(line_bill, ulaw_roundtrip(read_wav(bill)))
+    result, _ = asyncio.run(simulate_call(flow, [CallerStep(wav=line_bill)], tmp_path / "sim", stt, tts))
+    live = [(e["kind"], e["text"]) for e in events if e["kind"] in ("agent_say", "stt_final")]
+    simulated = [("agent_say" if who == "agent" else "stt_final", text) for who, text in result.transcript]
+    assert simulated == live
 
 
 def test_keypad_2_routes_to_technical_and_bye_mid_prompt(agent, stt, tmp_path):

@@ -101,11 +101,8 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     try:
         await asyncio.wait({run_task, caller_task}, timeout=MAX_CALL_S, return_when=asyncio.FIRST_COMPLETED)
         if not run_task.done():
-            # the scripted caller has nothing more to say: give the agent time to finish, then hang up
-            if caller_task.done():
-                await asyncio.wait({run_task}, timeout=15)
-            if not run_task.done():
-                session.end("caller")
+            # the scripted caller has said everything and heard the agent's answer: she hangs up
+            session.end("caller")
         result = await run_task
         while bridge.queued_frames:
             await asyncio.sleep(FRAME_MS / 1000)

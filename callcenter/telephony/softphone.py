@@ -28,6 +28,21 @@ def _module_dir() -> str:
     raise SoftphoneError("baresip modules not found (apt-get install baresip-core)")
 
 
+def flite_voice(text: str, out: Path, voice: str = "kal") -> Path:
+    """Caller speech from flite (Debian): a synthetic but intelligible telephone caller."""
+    if not shutil.which("flite"):
+        raise SoftphoneError("the scripted caller's voice needs flite (apt-get install flite)")
+    subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(out)], check=True)
+    return out
+
+
+def scripted_caller(lines: tuple[str, ...] | list[str], workdir: Path, lead_s: float, gap_s: float,
+                    tail_s: float) -> Path:
+    """The microphone of a caller who says `lines` in turn, built with flite_voice + caller_audio."""
+    wavs = [flite_voice(text, Path(workdir) / f"line{i}.wav") for i, text in enumerate(lines)]
+    return caller_audio(wavs, Path(workdir) / "mic.wav", lead_s, gap_s, tail_s)
+
+
 def caller_audio(speech_wavs: list[Path], out: Path, lead_s: float, gap_s: float, tail_s: float) -> Path:
     """Build the caller's microphone: silence, each utterance separated by gaps, silence at the end."""
     parts = [bytes(int(lead_s * SAMPLE_RATE) * 2)]
