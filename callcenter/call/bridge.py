@@ -34,8 +34,6 @@ class MediaBridge:
         self,
         loop: asyncio.AbstractEventLoop,
         recorder: StereoRecorder | None = None,
-        on_first_frame: Callable[[int, float], None] | None = None,
-        on_utterance_played: Callable[[int, float], None] | None = None,
     ):
         self._loop = loop
         self.recorder = recorder
@@ -43,13 +41,20 @@ class MediaBridge:
         self._out: deque[_Queued] = deque()
         self._lock = threading.Lock()
         self._pending_agent: bytes | None = None
-        self._on_first_frame = on_first_frame
-        self._on_utterance_played = on_utterance_played
+        self._on_first_frame: Callable[[int, float], None] | None = None
+        self._on_utterance_played: Callable[[int, float], None] | None = None
         self.closed = False
         self.caller_level_dbfs = -120.0
         self.agent_level_dbfs = -120.0
 
     # ---- asyncio side
+    def on_playout(self, first_frame: Callable[[int, float], None],
+                   utterance_played: Callable[[int, float], None]) -> None:
+        """Be told (on the loop, with a monotonic time) when an utterance's first frame leaves and
+        when its last frame has played."""
+        self._on_first_frame = first_frame
+        self._on_utterance_played = utterance_played
+
     def play(self, frame: AudioFrame, utterance: int, first: bool = False, last: bool = False) -> None:
         with self._lock:
             self._out.append(_Queued(frame.pcm, utterance, first, last))

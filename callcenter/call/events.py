@@ -68,6 +68,10 @@ class CallEvents:
     def now(self) -> float:
         return self._clock() - self._t0
 
+    def since_start(self, clock_time: float) -> float:
+        """A time read from this log's clock, as seconds since the call started."""
+        return clock_time - self._t0
+
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._subscribers.append(fn)
 

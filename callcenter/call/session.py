@@ -17,7 +17,7 @@ from typing import Protocol
 
 import structlog
 
-from callcenter.audio.frames import FRAME_MS, AudioFrame
+from callcenter.audio.frames import AudioFrame
 from callcenter.call import events as ev
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
@@ -78,8 +78,7 @@ class CallSession:
         self._decide_lock = asyncio.Lock()
         self._in_flight = 0  # caller turns heard but not yet answered
         self._ending_by: str | None = None  # set when the agent starts ending the call itself
-        bridge._on_first_frame = self._first_frame_out
-        bridge._on_utterance_played = self._utterance_played
+        bridge.on_playout(self._first_frame_out, self._utterance_played)
 
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
@@ -263,7 +262,7 @@ class CallSession:
         self.bridge.end_utterance(utt)
 
     def _first_frame_out(self, utt: int, at: float) -> None:
-        self.events.emit(ev.FIRST_RTP_OUT, at=at - self.events._t0, utterance=utt)
+        self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
 
     def _utterance_played(self, utt: int, at: float) -> None:
         done = self._played.get(utt)
@@ -294,5 +293,3 @@ def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:
     base = Path(root) / day / call_id
     return base.with_suffix(".wav"), base.with_suffix(".jsonl")
 
-
-FRAME_S = FRAME_MS / 1000

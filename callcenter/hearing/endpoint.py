@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from callcenter.audio.frames import FRAME_MS, AudioFrame
 from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
@@ -28,7 +26,6 @@ class Turn:
     pcm: bytes
     started_at: float
     ended_at: float
-    frames: list[AudioFrame] = field(default_factory=list, repr=False)
 
     @property
     def seconds(self) -> float:
@@ -88,7 +85,7 @@ class Endpointer:
                     self._reset_turn()
                     if voiced >= self.config.min_speech_ms:
                         pcm = b"".join(f.pcm for f in frames)
-                        out.append(("end", Turn(pcm, start, t, frames)))
+                        out.append(("end", Turn(pcm, start, t)))
                     else:
                         out.append(("discard", start))
         return out
@@ -98,6 +95,3 @@ class Endpointer:
         self._preroll.clear()
         self._reset_turn()
 
-
-def pcm_to_float(pcm: bytes) -> np.ndarray:
-    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
