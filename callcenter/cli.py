@@ -25,7 +25,7 @@ def _flow(path: str):
 def cmd_simulate(args) -> int:
     from callcenter.call.simulate import CallerStep, simulate_call
     from callcenter.hearing.stt import WhisperStt
-    from callcenter.voice.espeak import make_tts
+    from callcenter.voice.speaker import make_tts
 
     flow = _flow(args.flow)
     try:
@@ -46,16 +46,58 @@ def cmd_simulate(args) -> int:
 
 def cmd_say(args) -> int:
     from callcenter.audio.wavfile import write_wav
-    from callcenter.voice.espeak import make_tts
+    from callcenter.voice.speaker import make_tts
 
-    tts = make_tts(args.voice)
+    from callcenter.voice.ambience import Ambience, ambience_settings
+    from callcenter.voice.speaker import DEFAULT_VOICE, VoiceSettings
+
+    from pydantic import ValidationError
+
+    try:
+        settings = VoiceSettings(name=args.voice or DEFAULT_VOICE, speed=args.speed, pitch=args.pitch)
+        ambience = Ambience(ambience_settings(args.ambience))
+    except ValidationError as exc:
+        raise CliError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    tts = make_tts(settings)
 
     async def render() -> bytes:
-        return b"".join([f.pcm async for f in tts.stream(args.text)])
+        return b"".join([ambience.process(f.pcm) async for f in tts.stream(args.text)])
 
     pcm = asyncio.run(render())
     write_wav(args.out, pcm)
     print(f"{args.out}: {len(pcm) / 16000:.2f} s at 8 kHz")
+    return 0
+
+
+DEFAULT_TRAIN_VOICES = "joe=piper:joe,awb=flite:awb,slt=flite:slt"
+
+
+def cmd_voice_list(args) -> int:
+    from callcenter.voice.speaker import known_voices
+    from callcenter.voice.ssm_tts import load_voices
+
+    teachers = load_voices().meta.get("teachers", {})
+    for name in known_voices():
+        teacher = teachers.get(name.partition(":")[2])
+        print(f"{name}\t(learnt from {teacher})" if teacher else name)
+    return 0
+
+
+def cmd_voice_train(args) -> int:
+    try:
+        from callcenter.voice.train import parse_voices, train
+    except ImportError as exc:
+        raise CliError(f"training needs the training extra: pip install -e '.[train]' ({exc})") from None
+    from callcenter.voice.runtime import VOICES_FILE
+
+    try:
+        voices = parse_voices(args.voices)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    out = Path(args.out) if args.out else VOICES_FILE
+    train(voices, Path(args.work), args.steps, out, threads=args.threads, sentences=args.sentences,
+          device=args.device, dim=args.dim, decoder_layers=args.decoder_layers)
+    print(f"voices {', '.join(v.name for v in voices)} written to {out}")
     return 0
 
 
@@ -102,6 +144,16 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_tts(args) -> int:
+    from callcenter.voice.bench import run_tts_bench
+
+    report = run_tts_bench(Path(args.json), args.sentences, args.voices.split(",") if args.voices else None,
+                           references=not args.no_references,
+                           save_audio=Path(args.save_audio) if args.save_audio else None)
+    print(json.dumps({k: report[k] for k in ("voices", "references", "memory")}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="callcenter", description="Telephony contact-center agent.")
     p.add_argument("--log-level", default="info")
@@ -129,8 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("say", help="synthesize text to an 8 kHz WAV")
     s.add_argument("text")
     s.add_argument("--out", required=True)
-    s.add_argument("--voice", default=None, help="e.g. espeak:en-us, espeak:en-gb")
+    s.add_argument("--voice", default=None, help="ssm:joe (default), ssm:awb, ssm:slt, espeak:en-us, ...")
+    s.add_argument("--speed", type=float, default=1.0, help="speaking rate, 1.0 normal")
+    s.add_argument("--pitch", type=float, default=0.0, help="pitch shift in semitones")
+    s.add_argument("--ambience", default="clean", help="clean, office, callcenter or mobile")
     s.set_defaults(fn=cmd_say)
+
+    s = sub.add_parser("voice", help="the SSM voices: list them, or train them from teacher voices")
+    vsub = s.add_subparsers(dest="voice_cmd", required=True)
+    v = vsub.add_parser("list", help="voices this installation can speak with")
+    v.set_defaults(fn=cmd_voice_list)
+    v = vsub.add_parser("train", help="teacher audio -> alignments -> model -> voice file (resumable)")
+    v.add_argument("--voices", default=DEFAULT_TRAIN_VOICES, help="NAME=TEACHER,... (piper:joe, flite:awb, ...)")
+    v.add_argument("--work", default="build/voices", help="cache for teacher audio and checkpoints")
+    v.add_argument("--steps", type=int, default=6000)
+    v.add_argument("--threads", type=int, default=2)
+    v.add_argument("--sentences", type=int, default=None, help="use only the first N training sentences")
+    v.add_argument("--out", default=None, help="voice file (default: the package's committed one)")
+    v.add_argument("--device", default="cpu", help="cpu, or cuda for a larger voice on a GPU")
+    v.add_argument("--dim", type=int, default=None, help="model width (default 128)")
+    v.add_argument("--decoder-layers", type=int, default=None, help="SSM blocks (default 8)")
+    v.set_defaults(fn=cmd_voice_train)
 
     s = sub.add_parser("transcribe", help="speech to text for WAV files")
     s.add_argument("wav", nargs="+")
@@ -149,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
+    s = b.add_parser("tts", help="voices: first audio, real-time factor, intelligibility (WER), memory")
+    s.add_argument("--sentences", type=int, default=50)
+    s.add_argument("--voices", default=None, help="comma-separated ssm voices (default: all)")
+    s.add_argument("--no-references", action="store_true", help="skip Piper, flite and espeak-ng")
+    s.add_argument("--save-audio", default=None, help="folder for a few rendered WAVs per voice")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_tts)
     return p
 
 
@@ -159,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     from callcenter.hearing.stt import SttError
     from callcenter.telephony.softphone import SoftphoneError
     from callcenter.voice.espeak import TtsError
+    from callcenter.voice.runtime import VoiceFileError
+    from callcenter.voice.phonemes import PhonemizerError
 
     try:
         return args.fn(args)
-    except (UserFileError, CliError, AudioFileError, SttError, TtsError, SoftphoneError) as exc:
+    except (UserFileError, CliError, AudioFileError, SttError, TtsError, SoftphoneError, VoiceFileError,
+            PhonemizerError) as exc:
         print(f"callcenter: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

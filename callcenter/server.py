@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 import contextlib
 import signal
 from pathlib import Path
@@ -18,7 +19,8 @@ from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.telephony.config import SipConfig, load_sip_config
 from callcenter.telephony.sip import SIP_OK, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint, SipError
-from callcenter.voice.espeak import make_tts
+from callcenter.voice.ambience import Ambience
+from callcenter.voice.speaker import make_tts
 
 log = structlog.get_logger()
 
@@ -36,7 +38,7 @@ class LiveCall:
         wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
         self.recorder = StereoRecorder(wav)
         self.events = CallEvents(self.call_id, jsonl)
-        self.bridge = MediaBridge(loop, self.recorder)
+        self.bridge = MediaBridge(loop, self.recorder, Ambience(agent.flow.ambience, seed=zlib.crc32(self.call_id.encode())))
         self.session = CallSession(self.call_id, agent.flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts)
         self._transfer: asyncio.Future | None = None

@@ -52,9 +52,9 @@ def stt():
 
 @pytest.fixture(scope="session")
 def tts():
-    from callcenter.voice.espeak import EspeakTts
+    from callcenter.voice.speaker import make_tts
 
-    return EspeakTts()
+    return make_tts()  # the default voice, ssm:joe; flows pick others per node
 
 
 @pytest.fixture(scope="session")

@@ -76,3 +76,22 @@ def test_say_writes_8k_audio(tmp_path):
     assert r.returncode == 0
     with wave.open(str(tmp_path / "s.wav")) as w:
         assert w.getframerate() == 8000 and w.getnframes() > 8000
+
+
+@pytest.mark.slow
+def test_say_with_each_voice_and_controls(tmp_path):
+    for voice in ("ssm:joe", "ssm:awb", "ssm:slt", "espeak:en-gb-scotland"):
+        out = tmp_path / f"{voice.replace(':', '-')}.wav"
+        r = cc("say", "Your balance is $12.50.", "--voice", voice, "--speed", "1.1", "--pitch", "2",
+               "--ambience", "office", "--out", out)
+        assert r.returncode == 0, r.stderr
+    r = cc("say", "Hello", "--voice", "ssm:nobody", "--out", tmp_path / "x.wav")
+    assert r.returncode == 2 and "unknown voice 'ssm:nobody'" in r.stderr
+    r = cc("say", "Hello", "--speed", "9", "--out", tmp_path / "x.wav")
+    assert r.returncode == 2 and "speed" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_voice_list_names_the_voices_and_teachers():
+    r = cc("voice", "list")
+    assert r.returncode == 0
+    assert "ssm:joe\t(learnt from piper:joe)" in r.stdout and "ssm:awb" in r.stdout and "ssm:slt" in r.stdout

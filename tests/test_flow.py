@@ -93,3 +93,22 @@ def test_transfer_needs_sip_uri(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(UserFileError, match="no such file"):
         load_flow(tmp_path / "nope.yaml")
+
+
+def test_voices_per_flow_and_per_node(tmp_path):
+    text = GOOD.replace("name: t\n", "name: t\nvoice: {name: ssm:slt, speed: 1.1}\nambience: office\n")
+    text = text.replace("    text: Bye.\n", "    text: Bye.\n    voice: ssm:awb\n")
+    flow = load_flow(write(tmp_path, text))
+    assert flow.voice.name == "ssm:slt" and flow.voice.speed == 1.1
+    assert flow.nodes["bye"].voice.name == "ssm:awb" and flow.nodes["menu"].voice is None
+    assert flow.ambience.preset == "office"
+    assert load_flow(write(tmp_path, GOOD)).voice.name == "ssm:joe"
+
+
+def test_unknown_voice_and_bad_speed_are_located(tmp_path):
+    text = GOOD.replace("    text: Bye.\n", "    text: Bye.\n    voice: ssm:nobody\n")
+    assert any("flow.yaml:20:5: unknown voice 'ssm:nobody'" in p for p in problems(tmp_path, text))
+    text = GOOD.replace("name: t\n", "name: t\nvoice: {name: ssm:joe, speed: 9}\n")
+    assert any(":2:" in p and "voice.speed" in p for p in problems(tmp_path, text))
+    text = GOOD.replace("name: t\n", "name: t\nambience: disco\n")
+    assert any("ambience" in p for p in problems(tmp_path, text))

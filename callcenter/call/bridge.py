@@ -3,7 +3,8 @@
 The transport (pjsua2's media clock thread, or the simulator's clock) calls `caller_frame()` with
 each frame the caller sent and `agent_frame()` each tick for the frame to send. The asyncio side
 reads `caller_frames` and queues agent audio with `play()`; `flush()` drops queued agent audio
-at once (barge-in). Each tick is written to the stereo recording, time-aligned.
+at once (barge-in). Each outgoing frame, speech or silence, passes the call's phone-line ambience;
+each tick is written to the stereo recording (what the caller heard), time-aligned.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable
 
 from callcenter.audio.frames import FRAME_BYTES, AudioFrame
 from callcenter.call.recording import StereoRecorder
+from callcenter.voice.ambience import Ambience
 
 SILENCE_PCM = bytes(FRAME_BYTES)
 
@@ -34,9 +36,11 @@ class MediaBridge:
         self,
         loop: asyncio.AbstractEventLoop,
         recorder: StereoRecorder | None = None,
+        ambience: Ambience | None = None,
     ):
         self._loop = loop
         self.recorder = recorder
+        self.ambience = ambience if ambience is not None and ambience.enabled else None
         self.caller_frames: asyncio.Queue[AudioFrame] = asyncio.Queue()
         self._out: deque[_Queued] = deque()
         self._lock = threading.Lock()
@@ -88,6 +92,8 @@ class MediaBridge:
         if self._pending_agent is not None and self.recorder:
             self.recorder.write(SILENCE_PCM, self._pending_agent)  # the caller sent nothing last tick
         pcm = item.pcm if item else SILENCE_PCM
+        if self.ambience is not None:
+            pcm = self.ambience.process(pcm)
         self._pending_agent = pcm
         if item is not None:
             now = time.monotonic()

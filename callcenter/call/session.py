@@ -211,7 +211,7 @@ class CallSession:
         while True:
             action = await self._speak_queue.get()
             if isinstance(action, Say):
-                await self._say(action.text)
+                await self._say(action.text, action.voice)
             elif isinstance(action, Listen):
                 self._start_no_input(action.timeout_s)
             elif isinstance(action, Transfer):
@@ -233,13 +233,14 @@ class CallSession:
                 self.end("agent")
                 return
 
-    async def _say(self, text: str) -> None:
+    async def _say(self, text: str, voice=None) -> None:
         self._utterance += 1
         utt = self._utterance
         self._played[utt] = asyncio.Event()
         self._speaking_utterance = utt
-        self.events.emit(ev.AGENT_SAY, text=text, utterance=utt)
-        self._tts_task = asyncio.create_task(self._synthesise(text, utt))
+        voice = voice or self.flow.voice
+        self.events.emit(ev.AGENT_SAY, text=text, utterance=utt, voice=voice.name)
+        self._tts_task = asyncio.create_task(self._synthesise(text, utt, voice))
         try:
             await self._tts_task
         except asyncio.CancelledError:
@@ -252,9 +253,9 @@ class CallSession:
         await self._played[utt].wait()
         self._speaking_utterance = None
 
-    async def _synthesise(self, text: str, utt: int) -> None:
+    async def _synthesise(self, text: str, utt: int, voice) -> None:
         first = True
-        async for frame in self.tts.stream(text):
+        async for frame in self.tts.stream(text, voice):
             if first:
                 self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
             self.bridge.play(frame, utt, first=first)

@@ -20,6 +20,7 @@ from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
 from callcenter.dialog.flow import Flow
+from callcenter.voice.ambience import Ambience
 
 log = structlog.get_logger()
 
@@ -67,7 +68,7 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     loop = asyncio.get_running_loop()
     recorder = StereoRecorder(out_dir / f"{call_id}.wav")
     events = CallEvents(call_id, out_dir / f"{call_id}.jsonl")
-    bridge = MediaBridge(loop, recorder)
+    bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0))
     line = SimulatedLine()
     session = CallSession(call_id, flow, bridge, line, events, stt, tts)
     agent_pcm = bytearray()

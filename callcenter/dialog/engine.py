@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from callcenter.dialog.flow import AskNode, Flow, HangupNode, SayNode, TransferNode
 from callcenter.dialog.nlu import IntentMatcher
+from callcenter.voice.speaker import VoiceSettings
 
 MAX_CHAIN = 50  # say→say chains longer than this are a flow bug, not a conversation
 
@@ -18,6 +19,7 @@ MAX_CHAIN = 50  # say→say chains longer than this are a flow bug, not a conver
 @dataclass(frozen=True)
 class Say:
     text: str
+    voice: VoiceSettings | None = None  # None: the flow's voice
 
 
 @dataclass(frozen=True)
@@ -82,19 +84,19 @@ class Dialog:
             self.attempts = 0
             node = self.flow.nodes[name]
             if isinstance(node, SayNode):
-                actions.append(Say(node.text))
+                actions.append(Say(node.text, node.voice))
                 name = node.next
                 continue
             if isinstance(node, AskNode):
-                actions += [Say(node.prompt), self._listen(node)]
+                actions += [Say(node.prompt, node.voice), self._listen(node)]
             elif isinstance(node, TransferNode):
                 if node.text:
-                    actions.append(Say(node.text))
+                    actions.append(Say(node.text, node.voice))
                 actions.append(Transfer(node.to))
                 self.finished = True
             elif isinstance(node, HangupNode):
                 if node.text:
-                    actions.append(Say(node.text))
+                    actions.append(Say(node.text, node.voice))
                 actions.append(Hangup())
                 self.finished = True
             return actions
@@ -140,4 +142,4 @@ class Dialog:
         self.attempts += 1
         if self.attempts >= node.max_attempts:
             return self._enter(node.on_failure)
-        return [Say(f"{apology} {node.prompt}"), self._listen(node)]
+        return [Say(f"{apology} {node.prompt}", node.voice), self._listen(node)]

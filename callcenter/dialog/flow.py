@@ -13,6 +13,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from callcenter.voice.ambience import AmbienceSettings
+from callcenter.voice.speaker import VoiceSettings, voice_problem
 from callcenter.yamlfile import UserFileError, load_model
 
 DTMF_DIGITS = "0123456789*#"
@@ -21,6 +23,24 @@ NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+VoiceField = Field(None, description="Voice for this node's prompts: a name (ssm:joe, ssm:awb, ssm:slt, "
+                                     "espeak:en-us) or {name, speed, pitch}. Defaults to the flow's voice.")
+
+
+def _as_voice(v):
+    return VoiceSettings(name=v) if isinstance(v, str) else v
+
+
+class _Speaks(_Strict):
+    """A node that says something, in the flow's voice unless it names its own."""
+    voice: VoiceSettings | None = VoiceField
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice(cls, v):
+        return _as_voice(v)
 
 
 class Intent(_Strict):
@@ -36,13 +56,13 @@ class Intent(_Strict):
         return v
 
 
-class SayNode(_Strict):
+class SayNode(_Speaks):
     type: Literal["say"]
     text: str = Field(min_length=1)
     next: str
 
 
-class AskNode(_Strict):
+class AskNode(_Speaks):
     type: Literal["ask"]
     prompt: str = Field(min_length=1)
     intents: dict[str, Intent] = Field(min_length=1)
@@ -54,7 +74,7 @@ class AskNode(_Strict):
     on_failure: str = Field(description="Node to go to after max_attempts of no match or no input.")
 
 
-class TransferNode(_Strict):
+class TransferNode(_Speaks):
     type: Literal["transfer"]
     text: str | None = None
     to: str = Field(description="SIP URI to transfer the caller to (blind transfer with REFER).")
@@ -67,7 +87,7 @@ class TransferNode(_Strict):
         return v
 
 
-class HangupNode(_Strict):
+class HangupNode(_Speaks):
     type: Literal["hangup"]
     text: str | None = None
 
@@ -78,9 +98,24 @@ Node = Annotated[Union[SayNode, AskNode, TransferNode, HangupNode], Field(discri
 class Flow(_Strict):
     name: str
     version: int = 1
-    voice: str | None = Field(None, description="TTS voice for the whole flow, e.g. 'espeak:en-us'.")
+    voice: VoiceSettings = Field(default_factory=VoiceSettings,
+                                 description="Voice for the whole flow: a name (ssm:joe — the default, ssm:awb, "
+                                             "ssm:slt, espeak:en-us) or {name, speed, pitch}.")
+    ambience: AmbienceSettings = Field(default_factory=AmbienceSettings,
+                                       description="Phone-line ambience: a preset (clean, office, callcenter, "
+                                                   "mobile) or {preset, enabled, hiss_db, bed_db, ...}.")
     start: str
     nodes: dict[str, Node] = Field(min_length=1)
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice(cls, v):
+        return _as_voice(v) if v is not None else VoiceSettings()
+
+    @field_validator("ambience", mode="before")
+    @classmethod
+    def _ambience(cls, v):
+        return AmbienceSettings(preset=v) if isinstance(v, str) else (v if v is not None else AmbienceSettings())
 
     @field_validator("nodes")
     @classmethod
@@ -105,6 +140,12 @@ def _targets(node) -> list[tuple[tuple, str]]:
 def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
     """Problems a valid-shaped flow can still have, as (key path, message)."""
     problems: list[tuple[tuple, str]] = []
+    problem = voice_problem(flow.voice.name)
+    if problem:
+        problems.append((("voice",), problem))
+    for name, node in flow.nodes.items():
+        if node.voice is not None and (problem := voice_problem(node.voice.name)):
+            problems.append((("nodes", name, "voice"), problem))
     if flow.start not in flow.nodes:
         problems.append((("start",), f"start node {flow.start!r} is not defined"))
     for name, node in flow.nodes.items():

@@ -5,6 +5,7 @@ Cancelling kills the child at once."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import struct
 from typing import AsyncIterator
@@ -17,6 +18,8 @@ from callcenter.audio.frames import SAMPLE_RATE, AudioFrame, FrameChunker
 ESPEAK_BINARIES = ("espeak-ng", "espeak")
 DEFAULT_VOICE = "en-us"
 DEFAULT_WPM = 160
+DEFAULT_PITCH = 50
+PITCH_PER_SEMITONE = 4
 WAV_HEADER_BYTES = 44
 READ_BYTES = 4096
 
@@ -33,23 +36,37 @@ def espeak_binary() -> str:
     raise TtsError("espeak-ng is not installed (apt-get install espeak-ng)")
 
 
+def espeak_text(text: str) -> str:
+    """The prompt as espeak-ng should read it: our normalization and pause markup applied."""
+    from callcenter.voice.text import speech_chunks
+
+    return " ".join(re.sub(r"[<>&]", " ", c.text) if not c.pause_ms else f"<break time=\"{c.pause_ms}ms\"/>"
+                    for c in speech_chunks(text))
+
+
 class EspeakTts:
     name = "espeak"
 
-    def __init__(self, voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM, pitch: int = 50):
+    def __init__(self, voice: str = DEFAULT_VOICE, wpm: int = DEFAULT_WPM, pitch: int = DEFAULT_PITCH):
         self.binary = espeak_binary()
         self.voice = voice
         self.wpm = wpm
         self.pitch = pitch
 
+    @classmethod
+    def with_settings(cls, voice: str, speed: float = 1.0, semitones: float = 0.0) -> "EspeakTts":
+        """Speed as a rate factor and pitch in semitones, mapped onto espeak-ng's wpm and 0-99 pitch."""
+        pitch = int(min(99, max(0, DEFAULT_PITCH + semitones * PITCH_PER_SEMITONE)))
+        return cls(voice, int(DEFAULT_WPM * speed), pitch)
+
     async def stream(self, text: str) -> AsyncIterator[AudioFrame]:
         """Yield 20 ms frames of `text` spoken, as soon as espeak-ng produces them."""
         proc = await asyncio.create_subprocess_exec(
-            self.binary, "--stdout", "-v", self.voice, "-s", str(self.wpm), "-p", str(self.pitch),
+            self.binary, "--stdout", "-m", "-v", self.voice, "-s", str(self.wpm), "-p", str(self.pitch),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         try:
-            proc.stdin.write(text.replace("\n", " ").encode("utf-8") + b"\n")
+            proc.stdin.write(espeak_text(text).encode("utf-8") + b"\n")
             await proc.stdin.drain()
             proc.stdin.close()
             header = await proc.stdout.readexactly(WAV_HEADER_BYTES)
@@ -84,12 +101,3 @@ class EspeakTts:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-
-
-def make_tts(voice: str | None):
-    """Build the TTS backend a flow names, e.g. 'espeak:en-us' (the default) or 'espeak:en-gb'."""
-    spec = voice or f"espeak:{DEFAULT_VOICE}"
-    backend, _, name = spec.partition(":")
-    if backend == "espeak":
-        return EspeakTts(name or DEFAULT_VOICE)
-    raise TtsError(f"unknown TTS backend {backend!r} in voice {spec!r} (known: espeak)")

@@ -1,0 +1,170 @@
+"""Phone-line ambience: the small noises callers expect, added to everything the agent sends.
+
+A perfectly clean, silent line sounds uncanny on a phone. This stage runs on each outgoing 20 ms
+frame (speech or silence), after the voice and before the transport, and can add:
+
+- telephone band-limiting (300-3400 Hz) and the character of G.711 µ-law companding;
+- line hiss, mains hum (50 or 60 Hz and its harmonics) and comfort noise while the agent is silent;
+- a background bed, generated here: ``office`` (ventilation, keyboards) or ``callcenter`` (a murmur
+  of distant talkers and keyboards), ducked under the agent's voice so it never masks speech.
+
+Every level is in dBFS. Presets: ``clean`` (nothing: the default), ``office``, ``callcenter``,
+``mobile``; a flow picks a preset and may override single levels, or sets ``enabled: false``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import signal
+
+from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE
+from callcenter.audio.g711 import ulaw_roundtrip
+
+BAND_LOW_HZ, BAND_HIGH_HZ = 300.0, 3400.0
+VOICE_ACTIVE_DBFS = -45.0       # a frame louder than this is agent speech: duck the bed
+DUCK_RELEASE_S = 0.35
+TALKERS = 6
+HUM_HARMONICS = 7
+
+
+class AmbienceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["clean", "office", "callcenter", "mobile"] = "clean"
+    enabled: bool = True
+    band_limit: bool | None = Field(None, description="Telephone band 300-3400 Hz.")
+    mulaw: bool | None = Field(None, description="G.711 µ-law companding character.")
+    hiss_db: float | None = Field(None, le=-20, description="Line hiss level, dBFS (omit for the preset's).")
+    hum_db: float | None = Field(None, le=-20, description="Mains hum level, dBFS.")
+    hum_hz: Literal[50, 60] = 50
+    comfort_db: float | None = Field(None, le=-20, description="Comfort noise while the agent is silent, dBFS.")
+    bed: Literal["none", "office", "callcenter"] | None = None
+    bed_db: float | None = Field(None, le=-10, description="Background bed level, dBFS.")
+    duck_db: float | None = Field(None, ge=0, le=60, description="How far the bed drops under the voice, dB.")
+
+    def resolved(self) -> dict:
+        """The preset with this setting's overrides applied (None = off)."""
+        values = dict(PRESETS[self.preset])
+        for key in values:
+            mine = getattr(self, key)
+            if mine is not None:
+                values[key] = mine
+        values["hum_hz"] = self.hum_hz
+        return values
+
+
+OFF = dict(band_limit=False, mulaw=False, hiss_db=None, hum_db=None, comfort_db=None, bed="none",
+           bed_db=None, duck_db=12.0)
+PRESETS: dict[str, dict] = {
+    "clean": OFF,
+    "office": {**OFF, "band_limit": True, "hiss_db": -68.0, "comfort_db": -70.0, "bed": "office",
+               "bed_db": -50.0, "duck_db": 12.0},
+    "callcenter": {**OFF, "band_limit": True, "hiss_db": -66.0, "comfort_db": -68.0, "bed": "callcenter",
+                   "bed_db": -44.0, "duck_db": 12.0},
+    "mobile": {**OFF, "band_limit": True, "mulaw": True, "hiss_db": -58.0, "hum_db": -62.0,
+               "comfort_db": -60.0},
+}
+
+
+def ambience_settings(value) -> AmbienceSettings:
+    if value is None:
+        return AmbienceSettings()
+    if isinstance(value, AmbienceSettings):
+        return value
+    if isinstance(value, str):
+        return AmbienceSettings(preset=value)
+    return AmbienceSettings(**value)
+
+
+def _gain(db: float | None) -> float:
+    return 0.0 if db is None else 10 ** (db / 20)
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x * x)) + 1e-12)
+
+
+class _Bed:
+    """A procedural background: each call gets its own, continuous across frames, unit RMS on average."""
+
+    def __init__(self, kind: str, rng: np.random.Generator):
+        self.kind = kind
+        self.rng = rng
+        self.vent = signal.butter(2, 400, fs=SAMPLE_RATE, output="sos")
+        self.vent_zi = np.zeros((self.vent.shape[0], 2))
+        self.speech = signal.butter(2, [300, 2500], btype="band", fs=SAMPLE_RATE, output="sos")
+        self.talker_zi = np.zeros((self.speech.shape[0], 2))
+        self.talker_env = np.zeros(TALKERS)
+        self.talker_target = rng.uniform(0, 1, TALKERS)
+        self.click = 0.0
+        self.click_decay = np.exp(-np.arange(FRAME_SAMPLES) / (0.004 * SAMPLE_RATE))
+
+    def frame(self) -> np.ndarray:
+        n = FRAME_SAMPLES
+        out = np.zeros(n)
+        if self.kind in ("office", "callcenter"):
+            vent, self.vent_zi = signal.sosfilt(self.vent, self.rng.standard_normal(n), zi=self.vent_zi)
+            out += 0.6 * vent
+            if self.rng.random() < (0.12 if self.kind == "office" else 0.2):  # a key press now and then
+                burst = self.rng.standard_normal(n) * self.click_decay * self.rng.uniform(0.5, 2.0)
+                out += np.roll(burst, self.rng.integers(0, n // 2))
+        if self.kind == "callcenter":
+            # syllable-rate envelopes on speech-shaped noise; the envelopes hold still within a frame,
+            # so one filter serves all talkers
+            moving = self.rng.random(TALKERS) < 0.08
+            self.talker_target[moving] = np.where(self.rng.random(moving.sum()) < 0.5, 0.0,
+                                                  self.rng.uniform(0.3, 1.0, moving.sum()))
+            self.talker_env += 0.25 * (self.talker_target - self.talker_env)
+            mix = self.talker_env @ self.rng.standard_normal((TALKERS, n)) / np.sqrt(TALKERS)
+            voices, self.talker_zi = signal.sosfilt(self.speech, mix, zi=self.talker_zi)
+            out += 2.0 * voices
+        return out
+
+
+class Ambience:
+    """Per-call processor: `process(pcm)` on each outgoing 20 ms frame, on the transport's clock."""
+
+    def __init__(self, settings: AmbienceSettings | None = None, seed: int = 0):
+        self.settings = settings or AmbienceSettings()
+        v = self.settings.resolved()
+        self.enabled = self.settings.enabled and any(
+            [v["band_limit"], v["mulaw"], v["hiss_db"] is not None, v["hum_db"] is not None,
+             v["comfort_db"] is not None, v["bed"] != "none"])
+        self.v = v
+        self.rng = np.random.default_rng(seed)
+        self.band = signal.butter(4, [BAND_LOW_HZ, BAND_HIGH_HZ], btype="band", fs=SAMPLE_RATE, output="sos")
+        self.band_zi = np.zeros((self.band.shape[0], 2))
+        self.bed = _Bed(v["bed"], self.rng) if v["bed"] != "none" else None
+        self.duck = 1.0
+        self.release = np.exp(-FRAME_SAMPLES / SAMPLE_RATE / DUCK_RELEASE_S)
+        self.t = 0
+
+    def process(self, pcm: bytes) -> bytes:
+        if not self.enabled:
+            return pcm
+        v = self.v
+        x = np.frombuffer(pcm, dtype="<i2").astype(np.float64) / 32768
+        speaking = 20 * np.log10(_rms(x)) > VOICE_ACTIVE_DBFS
+        if v["band_limit"]:
+            x, self.band_zi = signal.sosfilt(self.band, x, zi=self.band_zi)
+        if self.bed is not None:
+            target = 10 ** (-v["duck_db"] / 20) if speaking else 1.0
+            self.duck = target if target < self.duck else target + (self.duck - target) * self.release
+            x = x + self.bed.frame() * _gain(v["bed_db"]) * self.duck
+        n = len(x)
+        if v["hiss_db"] is not None:
+            x = x + self.rng.standard_normal(n) * _gain(v["hiss_db"])
+        if v["hum_db"] is not None:
+            t = (self.t + np.arange(n)) / SAMPLE_RATE
+            hum = sum(np.sin(2 * np.pi * v["hum_hz"] * h * t) / h for h in range(1, HUM_HARMONICS + 1, 2))
+            x = x + hum * _gain(v["hum_db"]) / 1.2
+        if v["comfort_db"] is not None and not speaking:
+            x = x + self.rng.standard_normal(n) * _gain(v["comfort_db"])
+        self.t += n
+        out = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+        if v["mulaw"]:
+            out = ulaw_roundtrip(out)
+        return out

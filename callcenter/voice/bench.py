@@ -1,0 +1,158 @@
+"""`callcenter bench tts`: first audio, real-time factor, intelligibility and memory of the voices.
+
+Held-out sentences: the evaluation set's contact-center lines (`../shared/eval/sentences.txt` when
+present) plus agent lines generated with a seed the training corpus never used. Every voice speaks
+every sentence on one thread:
+
+- first audio: text in -> the first 20 ms frame of samples out (normalization, phonemes, plan, and
+  the decoder steps that frame needs);
+- real-time factor: synthesis time / audio duration; streams one core sustains = 1 / RTF;
+- intelligibility: the embedded STT (Whisper tiny.en) transcribes each 8 kHz rendering; WER against
+  the sentence. The teachers (Piper joe, flite) and espeak-ng are measured the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm
+from callcenter.hearing.wer import wer
+
+log = structlog.get_logger()
+
+EVAL_SENTENCES = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "sentences.txt"
+HELD_OUT_SEED = 90210
+
+
+def held_out_sentences(count: int = 50) -> list[str]:
+    from callcenter.voice.corpus import agent_lines
+
+    lines = []
+    if EVAL_SENTENCES.exists():
+        lines = [s.strip() for s in EVAL_SENTENCES.read_text().splitlines() if s.strip() and not s.startswith("#")]
+    return (lines + agent_lines(count, seed=HELD_OUT_SEED))[:count]
+
+
+def _percentile(xs, q):
+    return float(np.percentile(np.asarray(xs), q)) if xs else None
+
+
+def bench_ssm_voice(name: str, sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
+    from callcenter.voice.ssm_tts import SsmTts
+
+    tts = SsmTts(name)
+    stop = threading.Event()
+    list(tts.samples("Warm up.", stop))
+    first, rtf, audio = [], [], []
+    for text in sentences:
+        started = time.perf_counter()
+        chunks, have, first_at = [], 0, None
+        for chunk in tts.samples(text, stop):
+            chunks.append(chunk)
+            have += len(chunk)
+            if first_at is None and have >= FRAME_SAMPLES:
+                first_at = time.perf_counter() - started
+        total = time.perf_counter() - started
+        samples = np.concatenate(chunks)
+        first.append(first_at)
+        rtf.append(total / (len(samples) / SAMPLE_RATE))
+        audio.append(samples)
+    rtf_median = float(np.median(rtf))
+    return {
+        "first_audio_ms_p50": 1000 * _percentile(first, 50),
+        "first_audio_ms_p95": 1000 * _percentile(first, 95),
+        "rtf_median": rtf_median,
+        "streams_per_core": 1 / rtf_median,
+    }, audio
+
+
+def _external(cmd: list[str], text: str) -> np.ndarray:
+    from callcenter.audio.wavfile import read_wav
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = os.path.join(tmp, "out.wav")
+        subprocess.run([*cmd, wav], input=text.encode(), check=True, capture_output=True, timeout=60)
+        return np.frombuffer(read_wav(wav), dtype="<i2").astype(np.float32) / 32768
+
+
+def reference_voices() -> dict:
+    """Voices measured beside ours: how to render a sentence with each (None where not installed)."""
+    from callcenter.voice.text import normalize
+
+    refs = {}
+    if shutil.which("espeak-ng"):
+        refs["espeak-ng en-us"] = lambda t: _external(["espeak-ng", "--stdin", "-v", "en-us", "-w"], normalize(t))
+    if shutil.which("flite"):
+        for v in ("awb", "slt"):
+            refs[f"flite {v} (teacher)"] = (
+                lambda t, v=v: _external(["sh", "-c", f'flite -voice {v} -f /dev/stdin -o "$0"'], normalize(t)))
+    try:
+        from callcenter.voice.teachers import PiperTeacher
+        from callcenter.voice.phonemes import Phonemizer, phoneme_ids
+
+        teacher, ph = PiperTeacher(), Phonemizer()
+
+        def piper(t):
+            text = normalize(t)
+            ipa = ph.phonemes(text)
+            return teacher.synthesize(text, ipa, phoneme_ids(ipa)).audio
+
+        refs["piper joe (teacher)"] = piper
+    except Exception as exc:  # the train extra is not installed
+        log.info("piper_unavailable", error=str(exc))
+    return refs
+
+
+def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, stt_model: str | None = None,
+                  references: bool = True, save_audio: Path | None = None) -> dict:
+    from callcenter.hearing.stt import WhisperStt
+    from callcenter.voice.ssm_tts import load_voices
+
+    sentences = held_out_sentences(count)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = load_voices()
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    weights_mb = sum(v.nbytes for v in model.p.values()) / 1e6
+    stt = WhisperStt(stt_model)
+
+    def intelligibility(audios: list[np.ndarray]) -> float:
+        hyps = [stt.transcribe_pcm(float_to_pcm(a)).text for a in audios]
+        return wer(list(zip(sentences, hyps)))
+
+    result = {"sentences": len(sentences), "threads": 1, "voices": {}, "references": {},
+              "memory": {"weights_mb_all_voices": round(weights_mb, 2),
+                         "rss_growth_mb_on_load": round((rss_after - rss_before) / 1024, 1),
+                         "voices_in_file": len(model.voices)}}
+    for name in voices or model.voices:
+        stats, audio = bench_ssm_voice(name, sentences)
+        stats["wer"] = intelligibility(audio)
+        result["voices"][f"ssm:{name}"] = stats
+        log.info("tts_bench_voice", voice=name, **stats)
+        if save_audio:
+            from callcenter.audio.wavfile import write_wav
+
+            save_audio.mkdir(parents=True, exist_ok=True)
+            for i, a in enumerate(audio[:5]):
+                write_wav(save_audio / f"ssm-{name}-{i}.wav", float_to_pcm(a))
+    if references:
+        for name, render in reference_voices().items():
+            started = time.perf_counter()
+            audio = [render(s) for s in sentences]
+            seconds = sum(len(a) for a in audio) / SAMPLE_RATE
+            result["references"][name] = {"wer": intelligibility(audio),
+                                          "rtf_incl_process_start": (time.perf_counter() - started) / seconds}
+            log.info("tts_bench_reference", voice=name, **result["references"][name])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    return result

@@ -1,0 +1,241 @@
+"""Synthesis with the trained SSM voices in numpy: no torch at run time, one 10 ms frame per step.
+
+`SsmVoices.plan()` runs the text side once per sentence (phoneme encoder, duration and pitch
+predictors, length regulation). `SsmVoices.stream()` then runs the decoder as a recurrence: each step
+reads one conditioning frame, updates every block's convolution window and SSM state, and turns the
+frame's spectrum into samples by inverse FFT and overlap-add — the same function the torch model
+computes in parallel during training (`tests/test_voice.py` checks the two agree).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from callcenter.voice.spectrum import DELAY, HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
+
+VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
+LN_EPS = 1e-5
+CONV_TAPS = 4
+FRAMES_PER_STEP = 4      # 40 ms of audio per recurrent step
+
+
+class VoiceFileError(RuntimeError):
+    pass
+
+
+def _layer_norm(x, w, b):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + LN_EPS) * w + b
+
+
+def _normalize(x):
+    mu = x.mean(-1, keepdims=True)
+    xc = x - mu
+    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + LN_EPS)
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def _conv_same(x, w, b):
+    """x: (L, C_in); w: (C_out, C_in, K) torch layout; 'same' padding."""
+    k = w.shape[2]
+    xp = np.pad(x, ((k // 2, k - 1 - k // 2), (0, 0)))
+    cols = np.stack([xp[j:j + len(x)] for j in range(k)], axis=-1)        # (L, C_in, K)
+    return np.einsum("lik,oik->lo", cols, w) + b
+
+
+@dataclass
+class _Block:
+    in_w: np.ndarray      # (D, 2E): x @ w, the block's layer norm folded in
+    in_b: np.ndarray
+    conv_w: np.ndarray    # (taps, E)
+    conv_b: np.ndarray
+    a_bar: np.ndarray     # (E, N) complex
+    cb: np.ndarray        # (E, N) complex
+    d: np.ndarray
+    out_w: np.ndarray     # (E, D)
+    out_b: np.ndarray
+
+
+class SsmVoices:
+    """All voices of one trained model file."""
+
+    def __init__(self, path: str | Path = VOICES_FILE):
+        path = Path(path)
+        try:
+            blob = np.load(path)
+            meta = json.loads(str(blob["__meta__"]))
+            p = {k: blob[k].astype(np.float32) for k in blob.files if k != "__meta__"}
+        except (OSError, KeyError, ValueError) as exc:
+            raise VoiceFileError(f"{path}: not a callcenter voice file ({exc})") from None
+        self.meta = meta
+        self.config = meta["config"]
+        self.voices: list[str] = list(self.config["voices"])
+        self.p = p
+        self.blocks = [self._block(i) for i in range(self.config["decoder_layers"])]
+        self._scan_cache: dict[int, list] = {}
+        self._dec_w, self._dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
+        self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
+        self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
+        self.window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)).astype(np.float32)
+
+    def _block(self, i: int) -> _Block:
+        g = lambda name: self.p[f"decoder.{i}.{name}"]  # noqa: E731
+        dt = np.exp(g("ssm.log_dt").astype(np.float64))[:, None]
+        a = -np.exp(g("ssm.log_a_real").astype(np.float64)) + 1j * g("ssm.a_imag").astype(np.float64)
+        a_bar = np.exp(a * dt)
+        c = g("ssm.c").astype(np.float64)
+        cb = (c[..., 0] + 1j * c[..., 1]) * (a_bar - 1) / a
+        in_w = g("in_proj.weight").T * g("norm.weight")[:, None]          # layer norm's affine folded in
+        in_b = g("norm.bias") @ g("in_proj.weight").T + g("in_proj.bias")
+        return _Block(in_w.astype(np.float32), in_b.astype(np.float32),
+                      g("conv.weight")[:, 0, :].T.copy(), g("conv.bias"), a_bar.astype(np.complex64),
+                      cb.astype(np.complex64), g("ssm.d"), g("out_proj.weight").T.copy(), g("out_proj.bias"))
+
+    def voice_index(self, name: str) -> int:
+        try:
+            return self.voices.index(name)
+        except ValueError:
+            raise KeyError(f"unknown voice {name!r} (known: {', '.join(self.voices)})") from None
+
+    # ---- text side -------------------------------------------------------------------------------
+    def _conv_layer(self, prefix: str, x: np.ndarray) -> np.ndarray:
+        p = self.p
+        y = _conv_same(x, p[f"{prefix}.conv.weight"], p[f"{prefix}.conv.bias"])
+        return _layer_norm(x + _gelu(y), p[f"{prefix}.norm.weight"], p[f"{prefix}.norm.bias"])
+
+    def _predict(self, prefix: str, x: np.ndarray) -> np.ndarray:
+        for k in range(2):
+            x = self._conv_layer(f"{prefix}.layers.{k}", x)
+        return (x @ self.p[f"{prefix}.out.weight"].T + self.p[f"{prefix}.out.bias"])[:, 0]
+
+    def encode(self, ids: list[int], voice: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Encoder states (L, D), log(1 + frames) and normalised pitch per id."""
+        p = self.p
+        x = p["embed.weight"][np.asarray(ids)] + p["voice_embed.weight"][voice]
+        for k in range(self.config["encoder_layers"]):
+            x = self._conv_layer(f"encoder.{k}", x)
+        return x, self._predict("duration", x), self._predict("pitch", x)
+
+    def plan(self, ids: list[int], voice: int, speed: float = 1.0, pitch_shift: float = 0.0) -> np.ndarray:
+        """(T, D) decoder conditioning for one sentence; `speed` > 1 is faster, `pitch_shift` in semitones."""
+        p = self.p
+        x, log_dur, pitch = self.encode(ids, voice)
+        durations = np.maximum(np.round((np.exp(log_dur) - 1) / speed), 0).astype(int)
+        if durations.sum() == 0:
+            durations[len(ids) // 2] = 1
+        pitch = pitch + pitch_shift * math.log(2) / 12 / p["pitch_stats"][voice, 1]
+        return self.condition(x, pitch, durations)
+
+    def condition(self, enc: np.ndarray, pitch: np.ndarray, durations: np.ndarray) -> np.ndarray:
+        p = self.p
+        x = enc + _conv_same(pitch[:, None], p["pitch_embed.weight"], p["pitch_embed.bias"])
+        frames = np.repeat(x, durations, axis=0)
+        starts = np.repeat(np.cumsum(durations) - durations, durations)
+        dur = np.repeat(durations, durations).astype(np.float32)
+        pos = np.arange(len(frames)) - starts
+        feats = np.stack([(pos + 0.5) / dur, 1.0 / dur], axis=-1)
+        return (frames + feats @ p["position.weight"].T + p["position.bias"]).astype(np.float32)
+
+    # ---- acoustic side ---------------------------------------------------------------------------
+    def stream(self, cond: np.ndarray, frames_per_step: int = FRAMES_PER_STEP,
+               cancelled=lambda: False) -> Iterator[np.ndarray]:
+        """float32 samples at 8 kHz, HOP per conditioning frame and the window's tail last (the
+        first DELAY samples, lead-in, are dropped). Each step advances `frames_per_step` frames
+        from the running state, at the same cost wherever it is in the utterance."""
+        k_step = frames_per_step
+        scans = self._scans(k_step)
+        dec_w, dec_b, head_w, head_b = self._dec_w, self._dec_b, self._head_w, self._head_b
+        conv = [np.zeros((CONV_TAPS - 1, b.conv_w.shape[1]), np.float32) for b in self.blocks]
+        state = [np.zeros(b.a_bar.shape, np.complex64) for b in self.blocks]
+        ola = np.zeros(WIN + k_step * HOP, np.float32)
+        skip = DELAY
+        for t0 in range(0, len(cond), k_step):
+            if cancelled():
+                return
+            real = min(k_step, len(cond) - t0)
+            x = np.zeros((k_step, cond.shape[1]), np.float32)
+            x[:real] = cond[t0:t0 + real]
+            x = x @ dec_w + dec_b
+            for k, (b, scan) in enumerate(zip(self.blocks, scans)):
+                h = _normalize(x) @ b.in_w + b.in_b
+                e = h.shape[1] // 2
+                window = np.concatenate([conv[k], h[:, :e]])                  # (taps-1+K, E)
+                conv[k] = window[k_step:]
+                u = b.conv_b + window[:k_step] * b.conv_w[0]
+                for j in range(1, CONV_TAPS):
+                    u = u + window[j:j + k_step] * b.conv_w[j]
+                y, state[k] = scan(_silu(u), state[k])
+                x = x + (y * _silu(h[:, e:])) @ b.out_w + b.out_b
+            frames = self._frames((_normalize(x) @ head_w + head_b)[:real])
+            for i, frame in enumerate(frames):
+                ola[i * HOP:i * HOP + WIN] += frame
+            out = ola[: real * HOP] / OLA_GAIN
+            ola = np.concatenate([ola[real * HOP:], np.zeros(real * HOP, np.float32)])
+            if skip:
+                out, skip = out[skip:], max(0, skip - len(out))
+            if len(out):
+                yield out
+        yield ola[: WIN - HOP] / OLA_GAIN
+
+    def _scans(self, k: int):
+        if k not in self._scan_cache:
+            self._scan_cache[k] = [self._scan(b, k) for b in self.blocks]
+        return self._scan_cache[k]
+
+    @staticmethod
+    def _scan(b: _Block, k: int):
+        """The SSM over a chunk of k steps from a carried state, in closed form:
+        y_i = sum_{j<=i} kernel[i-j] u_j + D u_i + 2 Re(sum_n C_n A_n^(i+1) s_n),
+        s' = A^k s + sum_j A^(k-1-j) u_j.
+        Complex products are laid out as real batched matrix products (one per channel), the
+        state kept as complex64 and viewed as interleaved (re, im) floats."""
+        e, n = b.a_bar.shape
+        powers = b.a_bar[..., None].astype(np.complex128) ** np.arange(k + 1)    # (E, N, k+1)
+        kernel = 2 * np.einsum("en,enl->el", b.cb, powers[..., :k]).real         # (E, k)
+        lag = np.arange(k)[:, None] - np.arange(k)[None, :]
+        toeplitz = np.where(lag >= 0, kernel[:, np.clip(lag, 0, None)], 0)       # (E, i, j)
+        toeplitz = (toeplitz + np.eye(k) * b.d[:, None, None]).astype(np.float32)
+        f = 2 * b.cb[:, None, :] * powers[..., 1:].transpose(0, 2, 1)             # (E, k, N)
+        from_state = np.stack([f.real, -f.imag], axis=-1).reshape(e, k, 2 * n).astype(np.float32)
+        g = powers[..., k - 1::-1][..., :k]                                        # (E, N, j): A^(k-1-j)
+        into_state = np.stack([g.real, g.imag], axis=2).reshape(e, 2 * n, k).astype(np.float32)
+        a_k = powers[..., k]
+        rot = np.zeros((e, n, 2, 2))                     # A^k as a real 2x2 rotation-scaling per state
+        rot[:, :, 0, 0] = rot[:, :, 1, 1] = a_k.real
+        rot[:, :, 0, 1], rot[:, :, 1, 0] = -a_k.imag, a_k.imag
+        # one (k + 2N) x (k + 2N) matrix per channel maps [u; s] to [y; s']
+        step = np.zeros((e, k + 2 * n, k + 2 * n), np.float32)
+        step[:, :k, :k] = toeplitz
+        step[:, :k, k:] = from_state
+        step[:, k:, :k] = into_state
+        for m in range(n):
+            step[:, k + 2 * m:k + 2 * m + 2, k + 2 * m:k + 2 * m + 2] = rot[:, m]
+
+        def scan(u: np.ndarray, s: np.ndarray):
+            v = np.concatenate([u.T, s.view(np.float32)], axis=1)[..., None]      # (E, k + 2N, 1)
+            out = np.matmul(step, v)[..., 0]
+            return out[:, :k].T, np.ascontiguousarray(out[:, k:]).view(np.complex64)
+
+        return scan
+
+    def _frames(self, params: np.ndarray) -> np.ndarray:
+        log_mag, phase = params[:, :N_BINS], params[:, N_BINS:]
+        spec = np.exp(np.minimum(log_mag, LOG_MAG_MAX)) * np.exp(1j * phase)
+        return (np.fft.irfft(spec, n=WIN, axis=1) * self.window).astype(np.float32)
+
+    def synthesize(self, ids: list[int], voice: int, speed: float = 1.0, pitch_shift: float = 0.0) -> np.ndarray:
+        return np.concatenate(list(self.stream(self.plan(ids, voice, speed, pitch_shift))))

@@ -1,0 +1,90 @@
+"""The SSM voices as a streaming TTS stage (`ssm:<voice>`): text in, 20 ms frames out.
+
+A prompt is split into sentences and pauses (`text.speech_chunks`). Each sentence is phonemized and
+planned (milliseconds), then the decoder runs step by step in a worker thread and every step's
+samples are handed to the loop at once, so the first frame leaves after one step, not after the
+sentence. Closing the stream (barge-in cancels the consumer) stops the worker before its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import AsyncIterator
+
+import numpy as np
+
+from callcenter.audio.frames import SAMPLE_RATE, AudioFrame, FrameChunker, float_to_pcm
+from callcenter.voice.phonemes import Phonemizer, phoneme_ids
+from callcenter.voice.runtime import VOICES_FILE, SsmVoices
+from callcenter.voice.text import speech_chunks
+
+MAX_STREAMS = 16          # worker threads: concurrent utterances being synthesised in this process
+_executor = ThreadPoolExecutor(MAX_STREAMS, thread_name_prefix="ssm-tts")
+_loaded: dict[str, SsmVoices] = {}
+_load_lock = threading.Lock()
+_END = object()
+
+
+def load_voices(path=VOICES_FILE) -> SsmVoices:
+    """The process-wide model (loaded once, shared by every call and voice)."""
+    key = str(path)
+    with _load_lock:
+        if key not in _loaded:
+            _loaded[key] = SsmVoices(path)
+        return _loaded[key]
+
+
+class SsmTts:
+    name = "ssm"
+
+    def __init__(self, voice: str, speed: float = 1.0, pitch: float = 0.0, voices: SsmVoices | None = None,
+                 language: str = "en-us"):
+        self.voices = voices or load_voices()
+        self.voice = voice
+        self.voice_index = self.voices.voice_index(voice)
+        self.speed = speed
+        self.pitch = pitch
+        self.phonemizer = Phonemizer(language)
+
+    def samples(self, text: str, stop: threading.Event):
+        """Blocking generator of float32 sample chunks for `text`, pauses included."""
+        for chunk in speech_chunks(text):
+            if stop.is_set():
+                return
+            if chunk.pause_ms:
+                yield np.zeros(chunk.pause_ms * SAMPLE_RATE // 1000, np.float32)
+                continue
+            ids = phoneme_ids(self.phonemizer.phonemes(chunk.text))
+            cond = self.voices.plan(ids, self.voice_index, self.speed, self.pitch)
+            yield from self.voices.stream(cond, cancelled=stop.is_set)
+
+    async def stream(self, text: str) -> AsyncIterator[AudioFrame]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        stop = threading.Event()
+
+        def produce():
+            try:
+                for samples in self.samples(text, stop):
+                    loop.call_soon_threadsafe(queue.put_nowait, samples)
+            except Exception as exc:  # handed to the consumer, raised there
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+
+        worker = loop.run_in_executor(_executor, produce)
+        chunker = FrameChunker()
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, Exception):
+                    raise item
+                for frame in chunker.push(float_to_pcm(item)):
+                    yield frame
+            for frame in chunker.flush():
+                yield frame
+        finally:
+            stop.set()
+            if not worker.done():
+                worker.add_done_callback(lambda f: f.exception())

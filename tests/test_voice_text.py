@@ -1,0 +1,47 @@
+"""The text front end reads numbers the way a phone agent does."""
+
+import pytest
+
+from callcenter.voice.text import Chunk, normalize, speech_chunks, spell_digits, split_ready_sentences
+
+
+@pytest.mark.parametrize("text, spoken", [
+    ("Your account is 472918.", "Your account is four seven two, nine one eight."),
+    ("Call 555-0123 today", "Call five five five, zero one two three today"),
+    ("That's 8005551234", "That's eight zero zero, five five five, one two three four"),
+    ("The total is $12.50", "The total is twelve dollars and fifty cents"),
+    ("Only £1 or €2,500", "Only one pound or two thousand five hundred euros"),
+    ("It's $1.01", "It's one dollar and one cent"),
+    ("See you at 9:30pm", "See you at nine thirty p m"),
+    ("Open 14:05 to 9:00 am", "Open two oh five p m to nine a m"),
+    ("We open at 8:00", "We open at eight o'clock"),
+    ("Due 2026-12-02.", "Due December second, twenty twenty six."),
+    ("Born 1999-03-21", "Born March twenty first, nineteen ninety nine"),
+    ("On December 3rd", "On December third"),
+    ("the 22nd caller", "the twenty second caller"),
+    ("5% off", "five percent off"),
+    ("3.5% interest", "three point five percent interest"),
+    ("press 1 or 0", "press one or zero"),
+    ("code 0721", "code zero seven two one"),
+    ("in 2005 and 1,250 calls", "in two thousand five and one thousand two hundred fifty calls"),
+    ("[digits 12 34]", "one two three four"),
+])
+def test_numbers_are_read_as_an_agent_reads_them(text, spoken):
+    assert normalize(text) == spoken
+
+
+def test_digit_groups_never_leave_one_digit_alone():
+    assert spell_digits("1234567") == "one two three, four five, six seven"
+    assert spell_digits("1234567890123456") == "one two three four, five six seven eight, nine zero one two, three four five six"
+
+
+def test_pauses_and_sentences_become_chunks():
+    chunks = speech_chunks("Hello. [pause 500ms] Your code is 1234. [pause] Bye! [pause 9s]")
+    assert chunks == [Chunk("Hello."), Chunk(pause_ms=500), Chunk("Your code is one thousand two hundred thirty four."),
+                      Chunk(pause_ms=300), Chunk("Bye!"), Chunk(pause_ms=5000)]
+
+
+def test_streamed_text_is_released_sentence_by_sentence():
+    done, rest = split_ready_sentences("Sure. Your balance is ")
+    assert done == ["Sure."] and rest == "Your balance is "
+    assert split_ready_sentences("no end yet") == ([], "no end yet")
