@@ -154,6 +154,17 @@ def cmd_bench_tts(args) -> int:
     return 0
 
 
+def cmd_bench_stt(args) -> int:
+    from callcenter.hearing.bench import run_stt_bench
+
+    try:
+        report = run_stt_bench(Path(args.json), args.limit, args.stt_model)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    print(json.dumps(report["conditions"], indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="callcenter", description="Telephony contact-center agent.")
     p.add_argument("--log-level", default="info")
@@ -227,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--save-audio", default=None, help="folder for a few rendered WAVs per voice")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_tts)
+    s = b.add_parser("stt", help="recognition per line condition, raw and noise-gated: WER, VAD false alarms")
+    s.add_argument("--limit", type=int, default=None, help="utterances per condition (default: all)")
+    s.add_argument("--stt-model", default=None)
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_stt)
     return p
 
 

@@ -42,3 +42,17 @@ def test_caller_step_parsing():
     assert CallerStep.parse("dtmf:5").digit == "5"
     with pytest.raises(ValueError):
         CallerStep.parse("dtmf:55")
+
+
+def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
+    from callcenter.voice.speaker import VoiceSettings
+
+    nodes = dict(flow.nodes)
+    nodes["technical_answer"] = nodes["technical_answer"].model_copy(
+        update={"voice": VoiceSettings(name="ssm:awb", speed=1.1)})
+    result, _ = run(flow.model_copy(update={"nodes": nodes}), [CallerStep(digit="2"), CallerStep(digit="0")],
+                    tmp_path, stt, tts)
+    says = [e for e in read_events(tmp_path / "sim.jsonl") if e["kind"] == "agent_say"]
+    assert says[0]["voice"] == "ssm:joe"
+    assert [e["voice"] for e in says if e["text"].startswith("For technical")] == ["ssm:awb"]
+    assert result.ended_by == "transfer"

@@ -22,7 +22,7 @@ from callcenter.voice.spectrum import DELAY, HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN,
 VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
 LN_EPS = 1e-5
 CONV_TAPS = 4
-FRAMES_PER_STEP = 4      # 40 ms of audio per recurrent step
+FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product per block covers 8 frames
 
 
 class VoiceFileError(RuntimeError):
