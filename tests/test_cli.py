@@ -1,9 +1,11 @@
 """Bad input gets a clear one-line error and a non-zero exit, never a traceback."""
 
+import json
 import socket
 import subprocess
 import sys
 import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,3 +97,26 @@ def test_voice_list_names_the_voices_and_teachers():
     r = cc("voice", "list")
     assert r.returncode == 0
     assert "ssm:joe\t(learnt from piper:joe)" in r.stdout and "ssm:awb" in r.stdout and "ssm:slt" in r.stdout
+
+
+@pytest.mark.slow
+def test_bench_tts_writes_its_measures(tmp_path):
+    out = tmp_path / "tts.json"
+    r = cc("bench", "tts", "--sentences", "3", "--voices", "joe", "--no-references", "--json", out, timeout=300)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())
+    joe = report["voices"]["ssm:joe"]
+    assert joe["first_audio_ms_p50"] > 0 and 0 < joe["rtf_median"] < 1 and 0 <= joe["wer"] < 0.5
+    assert report["memory"]["voices_in_file"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("../shared/eval/manifest.jsonl").exists(), reason="needs ../shared/eval")
+def test_bench_stt_reports_each_condition_raw_and_gated(tmp_path):
+    out = tmp_path / "stt.json"
+    r = cc("bench", "stt", "--limit", "1", "--json", out, timeout=300)
+    assert r.returncode == 0, r.stderr
+    conditions = json.loads(out.read_text())["conditions"]
+    assert {"clean", "white10", "babble10"} <= set(conditions)
+    assert {"raw", "denoised"} == set(conditions["white10"])
+    assert conditions["white10"]["denoised"]["denoise_ms_per_frame_p50"] > 0

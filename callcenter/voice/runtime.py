@@ -91,6 +91,7 @@ class SsmVoices:
         self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
         self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
         self.window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN)).astype(np.float32)
+        self._scans(FRAMES_PER_STEP)  # build the step matrices now, not while the first caller waits
 
     def _block(self, i: int) -> _Block:
         g = lambda name: self.p[f"decoder.{i}.{name}"]  # noqa: E731
