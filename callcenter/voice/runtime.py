@@ -42,7 +42,7 @@ def _normalize(x):
 
 
 def _gelu(x):
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
 def _silu(x):
@@ -50,11 +50,11 @@ def _silu(x):
 
 
 def _conv_same(x, w, b):
-    """x: (L, C_in); w: (C_out, C_in, K) torch layout; 'same' padding."""
+    """x: (L, C_in); w: (C_out, C_in, K) torch layout; 'same' padding; one matrix product."""
     k = w.shape[2]
     xp = np.pad(x, ((k // 2, k - 1 - k // 2), (0, 0)))
     cols = np.stack([xp[j:j + len(x)] for j in range(k)], axis=-1)        # (L, C_in, K)
-    return np.einsum("lik,oik->lo", cols, w) + b
+    return cols.reshape(len(x), -1) @ w.reshape(w.shape[0], -1).T + b
 
 
 @dataclass
@@ -214,22 +214,16 @@ class SsmVoices:
         from_state = np.stack([f.real, -f.imag], axis=-1).reshape(e, k, 2 * n).astype(np.float32)
         g = powers[..., k - 1::-1][..., :k]                                        # (E, N, j): A^(k-1-j)
         into_state = np.stack([g.real, g.imag], axis=2).reshape(e, 2 * n, k).astype(np.float32)
-        a_k = powers[..., k]
-        rot = np.zeros((e, n, 2, 2))                     # A^k as a real 2x2 rotation-scaling per state
-        rot[:, :, 0, 0] = rot[:, :, 1, 1] = a_k.real
-        rot[:, :, 0, 1], rot[:, :, 1, 0] = -a_k.imag, a_k.imag
-        # one (k + 2N) x (k + 2N) matrix per channel maps [u; s] to [y; s']
-        step = np.zeros((e, k + 2 * n, k + 2 * n), np.float32)
-        step[:, :k, :k] = toeplitz
-        step[:, :k, k:] = from_state
-        step[:, k:, :k] = into_state
-        for m in range(n):
-            step[:, k + 2 * m:k + 2 * m + 2, k + 2 * m:k + 2 * m + 2] = rot[:, m]
+        a_k = powers[..., k].astype(np.complex64)
+        # [u; s] -> y in one batched product per channel; the state update as A^k s + into u
+        to_output = np.concatenate([toeplitz, from_state], axis=2)                # (E, k, k + 2N)
 
         def scan(u: np.ndarray, s: np.ndarray):
-            v = np.concatenate([u.T, s.view(np.float32)], axis=1)[..., None]      # (E, k + 2N, 1)
-            out = np.matmul(step, v)[..., 0]
-            return out[:, :k].T, np.ascontiguousarray(out[:, k:]).view(np.complex64)
+            ut = np.ascontiguousarray(u.T)                                         # (E, k)
+            v = np.concatenate([ut, s.view(np.float32)], axis=1)[..., None]        # (E, k + 2N, 1)
+            y = np.matmul(to_output, v)[..., 0]
+            s = a_k * s + np.matmul(into_state, ut[..., None])[..., 0].view(np.complex64)
+            return y.T, s
 
         return scan
 
