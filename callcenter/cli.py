@@ -45,13 +45,11 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_say(args) -> int:
-    from callcenter.audio.wavfile import write_wav
-    from callcenter.voice.speaker import make_tts
-
-    from callcenter.voice.ambience import Ambience, ambience_settings
-    from callcenter.voice.speaker import DEFAULT_VOICE, VoiceSettings
-
     from pydantic import ValidationError
+
+    from callcenter.audio.wavfile import write_wav
+    from callcenter.voice.ambience import Ambience, ambience_settings
+    from callcenter.voice.speaker import DEFAULT_VOICE, VoiceSettings, make_tts
 
     try:
         settings = VoiceSettings(name=args.voice or DEFAULT_VOICE, speed=args.speed, pitch=args.pitch)

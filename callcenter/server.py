@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import zlib
 import contextlib
 import signal
+import zlib
 from pathlib import Path
 
 import structlog
@@ -38,7 +38,8 @@ class LiveCall:
         wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
         self.recorder = StereoRecorder(wav)
         self.events = CallEvents(self.call_id, jsonl)
-        self.bridge = MediaBridge(loop, self.recorder, Ambience(agent.flow.ambience, seed=zlib.crc32(self.call_id.encode())))
+        ambience = Ambience(agent.flow.ambience, seed=zlib.crc32(self.call_id.encode()))
+        self.bridge = MediaBridge(loop, self.recorder, ambience)
         self.session = CallSession(self.call_id, agent.flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts)
         self._transfer: asyncio.Future | None = None

@@ -27,11 +27,12 @@ import numpy as np
 import structlog
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm
+from callcenter.hearing.bench import EVAL_DIR
 from callcenter.hearing.wer import wer
 
 log = structlog.get_logger()
 
-EVAL_SENTENCES = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "sentences.txt"
+EVAL_SENTENCES = EVAL_DIR / "sentences.txt"
 HELD_OUT_SEED = 90210
 
 

@@ -6,7 +6,7 @@
     ─▶ per frame: log magnitude and phase of a 40 ms spectrum ─▶ inverse FFT ─▶ overlap-add (10 ms hop)
 
 This module is the torch model used for training (parallel over time). `runtime.py` runs the same
-network for synthesis in numpy, one 10 ms frame at a time from a running state. The waveform lags
+network for synthesis in numpy, a few 10 ms frames per step from a running state. The waveform lags
 its conditioning frame by `DELAY` samples: the decoder sees two frames ahead of what it sounds.
 """
 
@@ -24,7 +24,6 @@ from torch import nn
 from callcenter.voice.phonemes import SYMBOLS
 from callcenter.voice.spectrum import HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
 from callcenter.voice.ssm import GatedSsmBlock
-
 
 
 @dataclass
@@ -136,6 +135,7 @@ class VoiceModel(nn.Module):
         enc, log_dur, pitch_pred = self.encode(ids, voice, mask)
         cond = self.condition(enc, pitch, durations)
         return cond, log_dur, pitch_pred
+
 
 def export_voices(path, model: VoiceModel, extra: dict | None = None) -> None:
     """The committed voice file: a numpy archive (half precision, SSM dynamics in single precision),

@@ -1,9 +1,9 @@
-"""Synthesis with the trained SSM voices in numpy: no torch at run time, one 10 ms frame per step.
+"""Synthesis with the trained SSM voices in numpy: no torch at run time, a few frames per step.
 
 `SsmVoices.plan()` runs the text side once per sentence (phoneme encoder, duration and pitch
 predictors, length regulation). `SsmVoices.stream()` then runs the decoder as a recurrence: each step
-reads one conditioning frame, updates every block's convolution window and SSM state, and turns the
-frame's spectrum into samples by inverse FFT and overlap-add — the same function the torch model
+reads `FRAMES_PER_STEP` conditioning frames, carries every block's convolution window and SSM state
+forward, and turns the frames' spectra into samples by inverse FFT and overlap-add — the same function the torch model
 computes in parallel during training (`tests/test_voice.py` checks the two agree).
 """
 
@@ -17,11 +17,10 @@ from typing import Iterator
 
 import numpy as np
 
-from callcenter.voice.spectrum import DELAY, HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
+from callcenter.voice.spectrum import CONV_TAPS, DELAY, HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
 
 VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
 LN_EPS = 1e-5
-CONV_TAPS = 4
 FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product per block covers 8 frames
 
 
@@ -29,16 +28,15 @@ class VoiceFileError(RuntimeError):
     pass
 
 
-def _layer_norm(x, w, b):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + LN_EPS) * w + b
-
-
 def _normalize(x):
+    """Layer norm without its affine part (folded into the next linear layer where it can be)."""
     mu = x.mean(-1, keepdims=True)
     xc = x - mu
     return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + LN_EPS)
+
+
+def _layer_norm(x, w, b):
+    return _normalize(x) * w + b
 
 
 def _gelu(x):
@@ -231,6 +229,3 @@ class SsmVoices:
         log_mag, phase = params[:, :N_BINS], params[:, N_BINS:]
         spec = np.exp(np.minimum(log_mag, LOG_MAG_MAX)) * np.exp(1j * phase)
         return (np.fft.irfft(spec, n=WIN, axis=1) * self.window).astype(np.float32)
-
-    def synthesize(self, ids: list[int], voice: int, speed: float = 1.0, pitch_shift: float = 0.0) -> np.ndarray:
-        return np.concatenate(list(self.stream(self.plan(ids, voice, speed, pitch_shift))))

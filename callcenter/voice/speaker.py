@@ -18,7 +18,7 @@ from typing import AsyncIterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from callcenter.audio.frames import AudioFrame
-from callcenter.voice.espeak import EspeakTts, TtsError, espeak_binary
+from callcenter.voice.espeak import EspeakTts, TtsError
 from callcenter.voice.text import split_ready_sentences
 
 DEFAULT_VOICE = "ssm:joe"
@@ -42,26 +42,38 @@ def voice_settings(value) -> VoiceSettings | None:
     return VoiceSettings(**value)
 
 
+def _ssm_voices() -> list[str]:
+    """The voices in the committed voice file (raises VoiceFileError if it cannot be read)."""
+    from callcenter.voice.ssm_tts import load_voices
+
+    return [f"ssm:{v}" for v in load_voices().voices]
+
+
 def known_voices() -> list[str]:
     """The voices this installation can speak with (ssm voices from the voice file; espeak-ng as a family)."""
-    names = []
-    try:
-        from callcenter.voice.ssm_tts import load_voices
+    from callcenter.voice.runtime import VoiceFileError
 
-        names += [f"ssm:{v}" for v in load_voices().voices]
-    except Exception:  # no voice file: the ssm backend is simply unavailable
-        pass
-    names.append("espeak:<language>")
-    return names
+    try:
+        names = _ssm_voices()
+    except VoiceFileError:  # no readable voice file: the ssm backend is unavailable
+        names = []
+    return names + ["espeak:<language>"]
 
 
 def voice_problem(name: str) -> str | None:
     """Why `name` cannot be spoken with here, or None."""
+    from callcenter.voice.runtime import VoiceFileError
+
     backend, _, voice = name.partition(":")
     if backend not in BACKENDS or not voice:
         return f"unknown voice {name!r}: expected one of {', '.join(known_voices())}"
-    if backend == "ssm" and f"ssm:{voice}" not in known_voices():
-        return f"unknown voice {name!r}: this installation has {', '.join(known_voices())}"
+    if backend == "ssm":
+        try:
+            ssm = _ssm_voices()
+        except VoiceFileError as exc:
+            return f"voice {name!r} cannot be loaded: {exc}"
+        if name not in ssm:
+            return f"unknown voice {name!r}: this installation has {', '.join(ssm + ['espeak:<language>'])}"
     return None
 
 
@@ -84,7 +96,6 @@ class Speaker:
 
                 self._backends[settings] = SsmTts(voice, settings.speed, settings.pitch)
             else:
-                espeak_binary()
                 self._backends[settings] = EspeakTts.with_settings(voice, settings.speed, settings.pitch)
         return self._backends[settings]
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONV_TAPS = 4            # the short causal depthwise convolution in front of the SSM (as in Mamba)
+from callcenter.voice.spectrum import CONV_TAPS
+
 DT_MIN, DT_MAX = 0.01, 0.5
 
 

@@ -11,9 +11,6 @@ frame durations per id (empty until aligned), F0 per frame and the sentence text
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ import structlog
 
 from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav
+from callcenter.telephony.softphone import flite_voice
 from callcenter.voice.phonemes import SYMBOLS, Phonemizer, phoneme_ids
 from callcenter.voice.pitch import yin_f0
 from callcenter.voice.spectrum import HOP
@@ -41,6 +39,7 @@ class Utterance:
     ids: list[int]
     audio: np.ndarray             # float32, 8 kHz, length = frames * HOP
     durations: np.ndarray | None  # frames per id
+    f0: np.ndarray | None = None  # per frame; computed when saved if not known yet
 
 
 def _normalise_loudness(audio: np.ndarray) -> np.ndarray:
@@ -83,16 +82,11 @@ def _piper_model_path() -> Path:
 
 class FliteTeacher:
     def __init__(self, voice: str):
-        self.binary = shutil.which("flite")
-        if not self.binary:
-            raise RuntimeError("flite is not installed (apt-get install flite)")
         self.voice = voice
 
     def synthesize(self, text: str, ipa: str, ids: list[int]) -> Utterance:
         with tempfile.TemporaryDirectory() as tmp:
-            wav = os.path.join(tmp, "out.wav")
-            subprocess.run([self.binary, "-voice", self.voice, "-t", text, "-o", wav], check=True,
-                           capture_output=True, timeout=60)
+            wav = flite_voice(text, Path(tmp) / "out.wav", self.voice)
             audio = np.frombuffer(read_wav(wav), dtype="<i2").astype(np.float32) / 32768
         frames = len(audio) // HOP
         return Utterance(text, ids, _fit(audio, frames), None)
@@ -141,7 +135,7 @@ def save_dataset(out: Path, utts: list[Utterance]) -> None:
         ids=np.concatenate([np.asarray(u.ids, dtype=np.int16) for u in utts]),
         ids_len=np.array([len(u.ids) for u in utts]),
         durations=(np.concatenate([u.durations for u in utts]) if aligned else np.zeros(0, np.int32)),
-        f0=np.concatenate([yin_f0(u.audio, HOP) for u in utts]),
+        f0=np.concatenate([u.f0 if u.f0 is not None else yin_f0(u.audio, HOP) for u in utts]),
     )
 
 

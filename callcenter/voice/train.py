@@ -82,9 +82,8 @@ def prepare_data(voices: list[VoiceSpec], work: Path, sentences: int | None = No
         net = train_aligner([u for utts in data.values() for u in utts], steps=800, seed=1)
         for name in missing:
             align(net, data[name])
-            save_dataset(work / f"{name}.npz", [Utterance(u["text"], list(u["ids"]), u["audio"], u["durations"])
-                                                 for u in data[name]])
-            data[name] = load_dataset(work / f"{name}.npz")
+            save_dataset(work / f"{name}.npz", [Utterance(u["text"], list(u["ids"]), u["audio"], u["durations"],
+                                                          u["f0"]) for u in data[name]])
     return data
 
 
@@ -205,17 +204,18 @@ def train(voices: list[VoiceSpec], work: Path, steps: int, out: Path, threads: i
                      pitch=round(pitch_loss.item(), 4), lr=round(lr_at(step, steps), 6),
                      s_per_step=round((time.monotonic() - last_log) / 25, 2))
             last_log = time.monotonic()
-        if step % CHECKPOINT_EVERY == 0 or step == steps:
-            _checkpoint(ckpt, model, opt, step, batcher, names)
-            export_voices(out, model, {"steps": step, "teachers": {v.name: v.teacher for v in voices}})
-    _checkpoint(ckpt, model, opt, step, batcher, names)
-    export_voices(out, model, {"steps": step, "teachers": {v.name: v.teacher for v in voices}})
+        if step % CHECKPOINT_EVERY == 0:
+            _save(ckpt, out, model, opt, step, batcher, voices)
+    if step % CHECKPOINT_EVERY:  # the last step (or the time limit) fell between checkpoints
+        _save(ckpt, out, model, opt, step, batcher, voices)
     log.info("voices_exported", path=str(out), steps=step)
     return out
 
 
-def _checkpoint(path: Path, model, opt, step, batcher, names) -> None:
-    tmp = path.with_suffix(".tmp")
+def _save(ckpt: Path, out: Path, model, opt, step, batcher, voices: list[VoiceSpec]) -> None:
+    """Checkpoint (to resume) and export the voice file (to use), atomically."""
+    tmp = ckpt.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "rng": batcher.rng,
-                "voices": names, "config": model.config.to_dict()}, tmp)
-    tmp.replace(path)
+                "voices": [v.name for v in voices], "config": model.config.to_dict()}, tmp)
+    tmp.replace(ckpt)
+    export_voices(out, model, {"steps": step, "teachers": {v.name: v.teacher for v in voices}})
