@@ -153,13 +153,17 @@ def cmd_bench_tts(args) -> int:
 
 
 def cmd_bench_stt(args) -> int:
-    from callcenter.hearing.bench import run_stt_bench
+    from callcenter.hearing.bench import PARTS, run_stt_bench
 
     try:
-        report = run_stt_bench(Path(args.json), args.limit, args.stt_model)
+        parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+        unknown = set(parts) - set(PARTS)
+        if unknown:
+            raise CliError(f"--parts: unknown {', '.join(sorted(unknown))} (choose from {', '.join(PARTS)})")
+        report = run_stt_bench(Path(args.json), args.limit, args.stt_model, parts=parts)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
-    print(json.dumps(report["conditions"], indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "eval_dir"}, indent=2))
     return 0
 
 
@@ -236,8 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--save-audio", default=None, help="folder for a few rendered WAVs per voice")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_tts)
-    s = b.add_parser("stt", help="recognition per line condition, raw and noise-gated: WER, VAD false alarms")
-    s.add_argument("--limit", type=int, default=None, help="utterances per condition (default: all)")
+    s = b.add_parser("stt", help="hearing on bad lines: WER raw and noise-gated, end-of-speech latency, "
+                                 "barge-in (echo, babble, backchannels), digit strings")
+    s.add_argument("--limit", type=int, default=None, help="utterances per condition / turns per section")
+    s.add_argument("--parts", default="wer,latency,bargein,digits", help="sections to run (comma-separated)")
     s.add_argument("--stt-model", default=None)
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_stt)

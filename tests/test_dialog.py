@@ -61,3 +61,76 @@ def test_matcher_needs_a_clear_winner():
     assert m.match("my internet is down again").intent == "b"
     assert m.match("what a lovely day").intent is None
     assert m.match("").intent is None
+
+
+ACCOUNT_FLOW = """
+name: account
+start: account
+nodes:
+  account:
+    type: ask
+    prompt: Please say or key in your account number, then press pound.
+    on_failure: bye
+    intents:
+      number:
+        digits: {min_length: 6, max_length: 8}
+        next: confirm
+  confirm:
+    type: ask
+    prompt: Thanks. Is that right?
+    on_failure: bye
+    intents:
+      right: {examples: [yes, yes it is, correct], next: bye}
+      wrong: {examples: [no, "no it isn't", wrong], next: account}
+  bye:
+    type: hangup
+    text: Goodbye.
+"""
+
+
+def account_flow(tmp_path):
+    from callcenter.dialog.flow import load_flow
+
+    path = tmp_path / "account.yaml"
+    path.write_text(ACCOUNT_FLOW)
+    return load_flow(path)
+
+
+def test_spoken_account_number_is_captured(tmp_path):
+    d = Dialog(account_flow(tmp_path))
+    listen = d.start()[-1]
+    assert listen.kind == "digits" and (listen.digits_min, listen.digits_max) == (6, 8)
+    d.on_utterance("Sure, it's four seven two, nine one eight three.")
+    assert d.last_decision.intent == "number" and d.last_decision.value == "4729183"
+    assert d.captured == {"number": "4729183"} and d.node_name == "confirm"
+
+
+def test_keyed_account_number_ends_with_pound(tmp_path):
+    d = Dialog(account_flow(tmp_path))
+    d.start()
+    for key in "47291":
+        assert d.on_dtmf(key) == [] and d.collecting_keys
+    d.on_dtmf("*")  # start again
+    for key in "4729183#":
+        actions = d.on_dtmf(key)
+    assert d.captured["number"] == "4729183" and d.last_decision.via == "keypad" and d.node_name == "confirm"
+    assert says(actions) == ["Thanks. Is that right?"]
+
+
+def test_too_few_digits_reprompts_and_a_pause_in_keying_submits(tmp_path):
+    d = Dialog(account_flow(tmp_path))
+    d.start()
+    d.on_utterance("four seven two")
+    assert d.last_decision.via == "no_match" and d.node_name == "account"
+    for key in "4729183":
+        d.on_dtmf(key)
+    d.on_no_input()  # the caller stopped keying
+    assert d.captured["number"] == "4729183"
+
+
+def test_yes_no_nodes_are_recognised_as_such(tmp_path):
+    d = Dialog(account_flow(tmp_path))
+    d.start()
+    actions = d.on_utterance("4729183")
+    assert actions[-1].kind == "yes_no"
+    assert d.would_answer("yes it is") and not d.would_answer("what was that")

@@ -112,3 +112,23 @@ def test_unknown_voice_and_bad_speed_are_located(tmp_path):
     assert any(":2:" in p and "voice.speed" in p for p in problems(tmp_path, text))
     text = GOOD.replace("name: t\n", "name: t\nambience: disco\n")
     assert any("ambience" in p for p in problems(tmp_path, text))
+
+
+def test_digits_intent_problems(tmp_path):
+    path = write(tmp_path, """
+name: t
+start: a
+nodes:
+  a:
+    type: ask
+    prompt: Account number?
+    on_failure: a
+    intents:
+      number: {digits: {min_length: 9, max_length: 4}, next: a}
+      other: {keypad: "1", examples: [other], next: a}
+""")
+    with pytest.raises(UserFileError) as e:
+        load_flow(path)
+    text = str(e.value)
+    assert "min_length is greater than max_length" in text
+    assert "keypad options and a digits intent" in text

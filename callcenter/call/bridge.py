@@ -2,8 +2,9 @@
 
 The transport (pjsua2's media clock thread, or the simulator's clock) calls `caller_frame()` with
 each frame the caller sent and `agent_frame()` each tick for the frame to send. The asyncio side
-reads `caller_frames` and queues agent audio with `play()`; `flush()` drops queued agent audio
-at once (barge-in). Each outgoing frame, speech or silence, passes the call's phone-line ambience;
+reads `caller_frames` (each with the agent frame sent in the same tick, the echo canceller's
+reference) and queues agent audio with `play()`; `pause()` holds the agent's voice (a possible
+barge-in), `resume()` carries on where it stopped, `flush()` drops queued agent audio (a real one). Each outgoing frame, speech or silence, passes the call's phone-line ambience;
 each tick is written to the stereo recording (what the caller heard), time-aligned.
 """
 
@@ -21,6 +22,15 @@ from callcenter.call.recording import StereoRecorder
 from callcenter.voice.ambience import Ambience
 
 SILENCE_PCM = bytes(FRAME_BYTES)
+REFERENCE_BACKLOG = 5  # agent frames kept for pairing when the clock delivers sends and receives unevenly
+
+
+@dataclass(frozen=True, slots=True)
+class LineFrame:
+    """One tick of the line as the caller side hears it: their frame and what the agent sent."""
+
+    caller: AudioFrame
+    reference: bytes  # the agent's frame of the same tick (after ambience): what may echo back
 
 
 @dataclass
@@ -41,10 +51,12 @@ class MediaBridge:
         self._loop = loop
         self.recorder = recorder
         self.ambience = ambience if ambience is not None and ambience.enabled else None
-        self.caller_frames: asyncio.Queue[AudioFrame] = asyncio.Queue()
+        self.caller_frames: asyncio.Queue[LineFrame] = asyncio.Queue()
+        self.paused = False
         self._out: deque[_Queued] = deque()
         self._lock = threading.Lock()
         self._pending_agent: bytes | None = None
+        self._references: deque[bytes] = deque(maxlen=REFERENCE_BACKLOG)  # sent, not yet paired
         self._on_first_frame: Callable[[int, float], None] | None = None
         self._on_utterance_played: Callable[[int, float], None] | None = None
         self.closed = False
@@ -72,6 +84,13 @@ class MediaBridge:
         if self._on_utterance_played:
             self._on_utterance_played(utterance, time.monotonic())
 
+    def pause(self) -> None:
+        """Hold the agent's voice: silence (and ambience) goes out, queued audio waits."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def flush(self) -> int:
         """Drop all queued agent audio now; returns how many frames were dropped."""
         with self._lock:
@@ -88,13 +107,14 @@ class MediaBridge:
         if self.closed:
             return SILENCE_PCM
         with self._lock:
-            item = self._out.popleft() if self._out else None
+            item = self._out.popleft() if self._out and not self.paused else None
         if self._pending_agent is not None and self.recorder:
             self.recorder.write(SILENCE_PCM, self._pending_agent)  # the caller sent nothing last tick
         pcm = item.pcm if item else SILENCE_PCM
         if self.ambience is not None:
             pcm = self.ambience.process(pcm)
         self._pending_agent = pcm
+        self._references.append(pcm)
         if item is not None:
             now = time.monotonic()
             if item.first and self._on_first_frame:
@@ -110,7 +130,8 @@ class MediaBridge:
         self._pending_agent = None
         if self.recorder:
             self.recorder.write(pcm, agent)
-        self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, AudioFrame(pcm))
+        reference = self._references.popleft() if self._references else SILENCE_PCM
+        self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, LineFrame(AudioFrame(pcm), reference))
 
     def close(self) -> None:
         self.closed = True

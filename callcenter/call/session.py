@@ -23,13 +23,19 @@ from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
 from callcenter.dialog.flow import Flow
-from callcenter.hearing.endpoint import EndpointConfig, Endpointer, Turn
+from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.call.bridge import LineFrame
+from callcenter.dialog.digits import digits_hint
+from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
+from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
+                                      Turn, TurnDetector)
 
 log = structlog.get_logger()
 
 STT_FAILURE_TEXT = ""  # an unrecognisable turn counts as no match, never as a crash
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
+KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
 
 
 class CallControl(Protocol):
@@ -53,7 +59,7 @@ class CallSession:
         events: CallEvents,
         stt: WhisperStt,
         tts,
-        endpoint: EndpointConfig | None = None,
+        hearing: HearingConfig | None = None,
     ):
         self.call_id = call_id
         self.flow = flow
@@ -64,7 +70,11 @@ class CallSession:
         self.tts = tts
         self.log = log.bind(call_id=call_id)
         self.dialog = Dialog(flow)
-        self.turns = Endpointer(endpoint or EndpointConfig())
+        self.hearing = hearing or HearingConfig()
+        self.turns = TurnDetector(self.hearing.turns)
+        self.front = LineFront(self.hearing)
+        self._decodes: dict[tuple[int, int], asyncio.Future] = {}
+        self._hint: str | None = None
         self.result = SessionResult()
         self._speak_queue: asyncio.Queue = asyncio.Queue()
         self._utterance = 0
@@ -126,6 +136,7 @@ class CallSession:
     def interrupt(self, reason: str, emit: bool = True) -> None:
         """Stop the agent's voice now: cancel synthesis, drop queued prompts and queued audio."""
         dropped = self.bridge.flush()
+        self.bridge.resume()
         while not self._speak_queue.empty():
             self._speak_queue.get_nowait()
         if self._tts_task and not self._tts_task.done():
@@ -138,28 +149,77 @@ class CallSession:
     # ------------------------------------------------------------ hearing
     async def _hear(self) -> None:
         while True:
-            frame: AudioFrame = await self.bridge.caller_frames.get()
+            line: LineFrame = await self.bridge.caller_frames.get()
             now = self.events.now()
-            for kind, value in self.turns.process(frame, now):
-                if kind == "start":
-                    self._cancel_no_input()
-                    self.events.emit(ev.SPEECH_START)
-                    if self.agent_speaking and not self.dialog.finished:
-                        self.interrupt(reason="caller speech")
-                elif kind == "end":
-                    turn: Turn = value  # type: ignore[assignment]
-                    turn_no = self.events.next_turn()
-                    last_voice = now - self.turns.config.end_silence_ms / 1000
-                    self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), last_voice_t=round(last_voice, 4))
-                    self._in_flight += 1
-                    asyncio.create_task(self._recognise(turn, turn_no))
+            stt_frame, vad_frame = self.front.process(line.caller, line.reference, self.turns.in_speech)
+            talking = self.agent_speaking and not self.dialog.finished
+            for event in self.turns.process(stt_frame, now, talking, vad_frame=vad_frame,
+                                            echo_floor=self.front.echo_floor):
+                self._on_turn_event(event, now)
+
+    def _on_turn_event(self, event, now: float) -> None:
+        if isinstance(event, Started):
+            self._cancel_no_input()
+            self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.turns.floor_db, 1))
+            if event.agent_talking:
+                self.bridge.pause()
+                self.events.emit(ev.AGENT_PAUSED, reason="caller speech")
+        elif isinstance(event, Pause):
+            self._start_decode(event)
+        elif isinstance(event, BargeIn):
+            self.interrupt(reason=event.reason)
+        elif isinstance(event, Resume):
+            self.bridge.resume()
+            self.events.emit(ev.AGENT_RESUMED, reason=event.reason)
+        elif isinstance(event, Discarded):
+            self.events.emit(ev.SPEECH_IGNORED, reason=event.reason)
+        elif isinstance(event, Ended):
+            turn = event.turn
+            if self.bridge.paused:  # spoke over the agent and it counted: the agent has been interrupted
+                self.bridge.resume()
+            turn_no = self.events.next_turn()
+            self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
+                             last_voice_t=round(now - event.silence_ms / 1000, 4))
+            self._in_flight += 1
+            asyncio.create_task(self._recognise(turn, turn_no))
+
+    def _start_decode(self, pause: Pause) -> None:
+        key = (pause.turn_id, pause.key)
+        if key in self._decodes:
+            return
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE, self._hint)
+        self._decodes[key] = future
+        for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
+            del self._decodes[old]
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None or self._ended.is_set():
+                return
+            result = f.result()
+            self.events.emit(ev.STT_PARTIAL, text=result.text, confidence=round(result.confidence, 3),
+                             audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial)
+            for event in self.turns.heard(pause.turn_id, pause.key, result.text, result.confidence):
+                self._on_turn_event(event, self.events.now())
+
+        future.add_done_callback(done)
 
     async def _recognise(self, turn: Turn, turn_no: int) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(None, self.stt.transcribe_pcm, turn.pcm)
-            text, conf = result.text, result.confidence
-            self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(result.seconds, 3))
+            if turn.text is not None:
+                text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
+            else:
+                covering = [f for (tid, key), f in self._decodes.items()
+                            if tid == turn.turn_id and key >= turn.voiced_frames]
+                if covering:
+                    result, how = await covering[-1], "in flight"
+                else:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE,
+                                                        self._hint)
+                    how = "after end"
+                text, conf, stt_s = result.text, result.confidence, result.seconds
+            self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(stt_s, 3), via=how)
         except Exception as exc:  # a broken decode must not end the call
             self.log.error("stt_failed", error=str(exc))
             self.events.emit(ev.ERROR, stage="stt", error=str(exc))
@@ -194,17 +254,25 @@ class CallSession:
                 self.events.emit(ev.ERROR, stage="flow", error=str(exc))
                 return
             d = self.dialog.last_decision
+            extra = {"value": d.value} if d.value is not None else {}
             self.events.emit(ev.FLOW_DECISION, node=d.node, intent=d.intent, score=round(d.score, 3), via=d.via,
-                             next_node=self.dialog.node_name)
+                             next_node=self.dialog.node_name, **extra)
             self._act(actions)
+            if not actions and self.dialog.collecting_keys:
+                self._start_no_input(KEY_TIMEOUT_S)  # between keys of a digit string
 
     # ------------------------------------------------------------ acting
     def _act(self, actions) -> None:
         for action in actions:
             if isinstance(action, Listen):
                 self._listen = action
-                self.turns.set_end_silence(action.end_silence_ms)
+                self._expect(action)
             self._speak_queue.put_nowait(action)
+
+    def _expect(self, listen: Listen) -> None:
+        self._hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == "digits" else None
+        self.turns.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
+                                         answers=self.dialog.would_answer, hint=self._hint))
 
     async def _speak(self) -> None:
         """Carries out actions in order: speaks prompts, then listens, transfers or hangs up."""
@@ -240,6 +308,7 @@ class CallSession:
         self._speaking_utterance = utt
         voice = voice or self.flow.voice
         self.events.emit(ev.AGENT_SAY, text=text, utterance=utt, voice=voice.name)
+        self.turns.agent_saying(text)
         self._tts_task = asyncio.create_task(self._synthesise(text, utt, voice))
         try:
             await self._tts_task
@@ -293,4 +362,5 @@ def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:
     day = time.strftime("%Y-%m-%d")
     base = Path(root) / day / call_id
     return base.with_suffix(".wav"), base.with_suffix(".jsonl")
+
 

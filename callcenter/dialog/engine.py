@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from callcenter.dialog.digits import spoken_digits
 from callcenter.dialog.flow import AskNode, Flow, HangupNode, SayNode, TransferNode
-from callcenter.dialog.nlu import IntentMatcher
+from callcenter.dialog.nlu import IntentMatcher, words
 from callcenter.voice.speaker import VoiceSettings
 
 MAX_CHAIN = 50  # say→say chains longer than this are a flow bug, not a conversation
+YES_NO_WORDS = frozenset("yes yeah yep no nope correct right wrong sure okay ok thank thanks please that".split())
+KEYPAD_END, KEYPAD_CLEAR = "#", "*"
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,10 @@ class Say:
 class Listen:
     end_silence_ms: int
     timeout_s: float
-    expect: tuple[str, ...]  # words the node expects, a hint for the recognizer
+    expect: tuple[str, ...]  # words the node expects
+    kind: str = "speech"  # speech | yes_no | digits: shapes turn-taking and the recognizer's hint
+    digits_min: int = 0
+    digits_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Decision:
     intent: str | None
     score: float
     via: str  # "speech", "keypad", "no_match", "no_input", "start"
+    value: str | None = None  # the digit string a digits intent captured
 
 
 class FlowError(RuntimeError):
@@ -63,6 +70,8 @@ class Dialog:
         self.attempts = 0
         self.finished = False
         self.last_decision: Decision | None = None
+        self.captured: dict[str, str] = {}  # digits intents' values, by intent name
+        self.keyed = ""  # keypad digits collected for a digits intent
         self._matchers = {
             name: IntentMatcher({i: intent.examples for i, intent in node.intents.items()})
             for name, node in flow.nodes.items()
@@ -82,6 +91,7 @@ class Dialog:
         for _ in range(MAX_CHAIN):
             self.node_name = name
             self.attempts = 0
+            self.keyed = ""
             node = self.flow.nodes[name]
             if isinstance(node, SayNode):
                 actions.append(Say(node.text, node.voice))
@@ -105,7 +115,38 @@ class Dialog:
     @staticmethod
     def _listen(node: AskNode) -> Listen:
         expect = tuple(sorted({w for i in node.intents.values() for e in i.examples for w in e.lower().split()}))
-        return Listen(node.end_silence_ms, node.timeout_s, expect)
+        digits = _digits_intent(node)
+        kind = node.expect
+        if kind == "auto":
+            examples = [e for i in node.intents.values() for e in i.examples]
+            if digits:
+                kind = "digits"
+            elif examples and all(len(e.split()) <= 3 for e in examples) and \
+                    {w for e in examples for w in words(e)} & {"yes", "no"}:
+                kind = "yes_no"
+            else:
+                kind = "speech"
+        spec = node.intents[digits].digits if digits else None
+        return Listen(node.end_silence_ms, node.timeout_s, expect, kind,
+                      spec.min_length if spec else 0, spec.max_length if spec else 0)
+
+    def would_answer(self, text: str) -> bool:
+        """Would this utterance settle the current node (an intent or a digit string matches)?"""
+        node = self.node
+        if self.finished or not isinstance(node, AskNode):
+            return False
+        if self._digits_match(node, text):
+            return True
+        return self._matchers[self.node_name].match(text).intent is not None
+
+    @staticmethod
+    def _digits_match(node: AskNode, text: str) -> tuple[str, str] | None:
+        name = _digits_intent(node)
+        if name is None:
+            return None
+        spec = node.intents[name].digits
+        value = spoken_digits(text)
+        return (name, value) if spec.min_length <= len(value) <= spec.max_length else None
 
     def _ask(self) -> AskNode:
         node = self.node
@@ -117,6 +158,8 @@ class Dialog:
         node = self._ask()
         if not text.strip():
             return self.on_no_input()
+        if found := self._digits_match(node, text):
+            return self._captured(node, *found, via="speech")
         m = self._matchers[self.node_name].match(text)
         if m.intent is None:
             self.last_decision = Decision(self.node_name, None, m.score, "no_match")
@@ -124,8 +167,15 @@ class Dialog:
         self.last_decision = Decision(self.node_name, m.intent, m.score, "speech")
         return self._enter(node.intents[m.intent].next)
 
+    def _captured(self, node: AskNode, intent: str, value: str, via: str) -> list[Action]:
+        self.captured[intent] = value
+        self.last_decision = Decision(self.node_name, intent, 1.0, via, value)
+        return self._enter(node.intents[intent].next)
+
     def on_dtmf(self, digit: str) -> list[Action]:
         node = self._ask()
+        if (name := _digits_intent(node)) is not None:
+            return self._keyed_digit(node, name, digit)
         for name, intent in node.intents.items():
             if intent.keypad == digit:
                 self.last_decision = Decision(self.node_name, name, 1.0, "keypad")
@@ -133,8 +183,32 @@ class Dialog:
         self.last_decision = Decision(self.node_name, None, 0.0, "no_match")
         return self._retry(node, node.no_match)
 
+    def _keyed_digit(self, node: AskNode, intent: str, digit: str) -> list[Action]:
+        """Keys build the digit string: # ends it, * starts again, the maximum length ends it too."""
+        spec = node.intents[intent].digits
+        if digit == KEYPAD_CLEAR:
+            self.keyed = ""
+            self.last_decision = Decision(self.node_name, None, 0.0, "keypad")
+            return []
+        if digit != KEYPAD_END:
+            self.keyed += digit
+            if len(self.keyed) < spec.max_length:
+                self.last_decision = Decision(self.node_name, None, 0.0, "keypad")
+                return []
+        value, self.keyed = self.keyed, ""
+        if spec.min_length <= len(value) <= spec.max_length:
+            return self._captured(node, intent, value, via="keypad")
+        self.last_decision = Decision(self.node_name, None, 0.0, "no_match", value)
+        return self._retry(node, node.no_match)
+
+    @property
+    def collecting_keys(self) -> bool:
+        return bool(self.keyed)
+
     def on_no_input(self) -> list[Action]:
         node = self._ask()
+        if self.keyed and (name := _digits_intent(node)) is not None:
+            return self._keyed_digit(node, name, KEYPAD_END)  # the caller stopped keying: take what is there
         self.last_decision = Decision(self.node_name, None, 0.0, "no_input")
         return self._retry(node, node.no_input)
 
@@ -143,3 +217,7 @@ class Dialog:
         if self.attempts >= node.max_attempts:
             return self._enter(node.on_failure)
         return [Say(f"{apology} {node.prompt}", node.voice), self._listen(node)]
+
+
+def _digits_intent(node: AskNode) -> str | None:
+    return next((name for name, i in node.intents.items() if i.digits is not None), None)

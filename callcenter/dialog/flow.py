@@ -43,9 +43,16 @@ class _Speaks(_Strict):
         return _as_voice(v)
 
 
+class DigitString(_Strict):
+    min_length: int = Field(1, ge=1, le=32)
+    max_length: int = Field(16, ge=1, le=32)
+
+
 class Intent(_Strict):
     examples: list[str] = Field(default_factory=list, description="Phrases a caller might say for this intent.")
     keypad: str | None = Field(None, description="A keypad digit that selects this intent.")
+    digits: DigitString | None = Field(None, description="This intent is a digit string (an account number): "
+                                                         "spoken, or keyed and ended with #.")
     next: str = Field(description="Node to go to when this intent matches.")
 
     @field_validator("keypad")
@@ -71,6 +78,10 @@ class AskNode(_Speaks):
     max_attempts: int = Field(3, ge=1, le=10)
     timeout_s: float = Field(8.0, gt=0, le=120, description="Silence after the prompt before a no-input reprompt.")
     end_silence_ms: int = Field(700, ge=200, le=5000, description="Caller silence that ends their turn here.")
+    expect: Literal["auto", "speech", "yes_no", "digits"] = Field(
+        "auto", description="What the caller answers here; shapes turn-taking (yes/no ends quickly, digit "
+                            "strings allow pauses between groups). auto: digits if an intent takes digits, "
+                            "yes_no if every example is a short yes/no phrase, else speech.")
     on_failure: str = Field(description="Node to go to after max_attempts of no match or no input.")
 
 
@@ -153,11 +164,25 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
             if target not in flow.nodes:
                 problems.append((("nodes", name) + sub, f"unknown node {target!r}"))
         if isinstance(node, AskNode):
+            digit_intents = [i for i, x in node.intents.items() if x.digits]
+            if len(digit_intents) > 1:
+                problems.append((("nodes", name, "intents", digit_intents[1], "digits"),
+                                 f"only one intent per node may take digits ({digit_intents[0]!r} does)"))
+            if digit_intents and any(x.keypad for x in node.intents.values()):
+                problems.append((("nodes", name, "intents"),
+                                 "keypad options and a digits intent in one node: keys go to the digit string"))
             seen_digit: dict[str, str] = {}
             seen_phrase: dict[str, str] = {}
             for iname, intent in node.intents.items():
-                if not intent.examples and intent.keypad is None:
-                    problems.append((("nodes", name, "intents", iname), "intent has neither examples nor keypad"))
+                if not intent.examples and intent.keypad is None and intent.digits is None:
+                    problems.append((("nodes", name, "intents", iname),
+                                     "intent has no examples, keypad or digits"))
+                if intent.digits and intent.digits.min_length > intent.digits.max_length:
+                    problems.append((("nodes", name, "intents", iname, "digits"),
+                                     "min_length is greater than max_length"))
+                if intent.digits and intent.keypad is not None:
+                    problems.append((("nodes", name, "intents", iname, "keypad"),
+                                     "a digits intent collects keypad digits itself; drop keypad"))
                 if intent.keypad is not None:
                     if intent.keypad in seen_digit:
                         problems.append(((("nodes", name, "intents", iname, "keypad")),

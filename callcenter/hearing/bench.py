@@ -1,12 +1,20 @@
-"""`callcenter bench stt`: recognition on bad phone lines, measured on `../shared/eval/`.
+"""`callcenter bench stt`: hearing callers on bad phone lines, measured on `../shared/eval/` and on
+lines made here (`linesim.py`). Sections (`--parts`):
 
-For every condition of the evaluation set (clean, µ-law, white and babble noise at 20/10/5 dB) and
-for each front end — the raw line, and the streaming noise gate (`denoise.py`) in front — it reports:
-
-- WER of the embedded STT over the condition's utterances;
-- VAD false alarms: the share of 32 ms windows silero calls speech in the known non-speech lead-in
-  and tail of each file, and the share of speech windows it finds in the middle;
-- the noise gate's cost per 20 ms frame, and STT decode time per utterance.
+- `wer`: for every condition of the evaluation set (clean, µ-law, white and babble noise at
+  20/10/5 dB) and each front end — the raw line, and the streaming noise gate in front — WER of the
+  embedded STT, VAD false alarms in the files' known non-speech lead-in and tail, the share of speech
+  windows found, the gate's cost per frame and the decode time per utterance.
+- `latency`: the whole hearing path (`replay.py`: echo canceller, gate, turn detector, decodes at
+  pauses) over clean / white10 / babble10 utterances: end of speech → final transcript and → end of
+  turn, p50/p95, for a node whose answer is recognised early and for an open question (the node's
+  silence); WER of those finals; CPU per call-second.
+- `bargein`: the agent speaks a prompt with its echo coming back (µ-law, -15 dB, 60 ms): false
+  barge-ins while the caller line carries only babble or white noise at 10 dB; real interruptions
+  (eval utterances in babble): time from speech onset to the agent falling silent, and misses;
+  backchannels ("okay", "mm-hm") that must not stop the agent.
+- `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
+  recognized exactly, with the digits hint a digits node gives the recognizer and without.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from callcenter.audio.frames import SAMPLE_RATE, frames_from_pcm
+from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm, frames_from_pcm
 from callcenter.audio.wavfile import read_wav
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.vad import VAD_WINDOW_SAMPLES, SileroVad
@@ -63,16 +71,34 @@ def _vad_rates(pcm: bytes) -> tuple[int, int, int, int]:
     return int((fired & quiet).sum()), int(quiet.sum()), int((fired & speech).sum()), int(speech.sum())
 
 
+PARTS = ("wer", "latency", "bargein", "digits")
+LINE_CONDITIONS = ("clean", "white10", "babble10")
+
+
 def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = None,
-                  eval_dir: Path = EVAL_DIR) -> dict:
+                  eval_dir: Path = EVAL_DIR, parts: tuple[str, ...] = PARTS) -> dict:
     from callcenter.hearing.stt import WhisperStt
 
-    stt = WhisperStt(stt_model)
+    stt = WhisperStt(stt_model, workers=1)
     items = load_manifest(eval_dir)
     by_cond: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_cond[item["cond"]].append(item)
     report: dict = {"eval_dir": str(eval_dir), "conditions": {}}
+    if "wer" in parts:
+        _wer_part(report, stt, by_cond, limit, eval_dir)
+    if "latency" in parts:
+        report["latency"] = _latency_part(stt, by_cond, limit, eval_dir)
+    if "bargein" in parts:
+        report["bargein"] = _bargein_part(stt, by_cond, limit, eval_dir)
+    if "digits" in parts:
+        report["digits"] = _digits_part(stt, limit)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def _wer_part(report: dict, stt, by_cond: dict, limit: int | None, eval_dir: Path) -> None:
     for cond, entries in by_cond.items():
         entries = entries[:limit] if limit else entries
         report["conditions"][cond] = {}
@@ -97,6 +123,157 @@ def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = N
                 row["denoise_ms_per_frame_p50"] = round(float(np.median(costs)), 3)
             report["conditions"][cond]["denoised" if denoise else "raw"] = row
             log.info("stt_bench", cond=cond, denoise=denoise, **row)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    return report
+
+
+def _samples(path: Path) -> np.ndarray:
+    return np.frombuffer(read_wav(path), "<i2").astype(np.float64) / 32768
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return round(float(np.percentile(xs, q)), 1) if xs else None
+
+
+def _speech_bounds(x: np.ndarray) -> tuple[float, float]:
+    """Where speech starts and ends in a clean file: the first and last 20 ms frames within 35 dB
+    of the loudest."""
+    n = len(x) // FRAME_SAMPLES
+    energy = np.mean(x[: n * FRAME_SAMPLES].reshape(n, FRAME_SAMPLES) ** 2, axis=1)
+    loud = np.flatnonzero(energy > energy.max() * 10 ** -3.5)
+    return loud[0] * FRAME_SAMPLES / SAMPLE_RATE, (loud[-1] + 1) * FRAME_SAMPLES / SAMPLE_RATE
+
+
+def _onset_s(x: np.ndarray) -> float:
+    return _speech_bounds(x)[0]
+
+
+def _with_tail(x: np.ndarray, seconds: float) -> np.ndarray:
+    """The file with its own noise tail looped on for `seconds` more: the line after the caller stops."""
+    tail = x[-int(TAIL_S * SAMPLE_RATE * 0.8):]
+    reps = int(np.ceil(seconds * SAMPLE_RATE / len(tail)))
+    return np.concatenate([x, np.tile(tail, reps)[: int(seconds * SAMPLE_RATE)]])
+
+
+def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path) -> dict:
+    from callcenter.hearing.replay import replay
+    from callcenter.hearing.turns import Expectation
+
+    node_silence_ms = 700
+    scenarios = {
+        "answer_recognised": Expectation("speech", node_silence_ms, answers=lambda text: bool(text.strip())),
+        "open_question": Expectation("speech", node_silence_ms),
+    }
+    result: dict = {"node_end_silence_ms": node_silence_ms,
+                    "speech_end": "last 20 ms frame of the clean recording within 35 dB of its loudest"}
+    clean = {e["id"]: e for e in by_cond.get("clean", [])}
+    for cond in LINE_CONDITIONS:
+        entries = by_cond.get(cond, [])[: limit or None]
+        for name, expect in scenarios.items():
+            ready, ended, pairs = [], [], []
+            cpu = audio = 0.0
+            for e in entries:
+                x = _samples(eval_dir / e["path"])
+                speech_end = _speech_bounds(_samples(eval_dir / clean.get(e["id"], e)["path"]))[1]
+                r = replay(stt, _with_tail(x, 2.5), expect=expect, tail_s=0.0)
+                cpu += r.cpu_s
+                audio += r.seconds
+                if r.finals:
+                    ready.append((r.finals[-1].ready_t - speech_end) * 1000)
+                    ended.append((r.finals[-1].ended_t - speech_end) * 1000)
+                pairs.append((e["text"], " ".join(f.text for f in r.finals)))
+            row = {"utterances": len(entries), "final_ms_p50": _pct(ready, 50), "final_ms_p95": _pct(ready, 95),
+                   "turn_end_ms_p50": _pct(ended, 50), "turn_end_ms_p95": _pct(ended, 95),
+                   "wer": round(wer(pairs), 4), "cpu_per_call_second": round(cpu / max(audio, 1e-9), 4)}
+            result[f"{cond}/{name}"] = row
+            log.info("stt_bench_latency", cond=cond, scenario=name, **row)
+    return result
+
+
+PROMPTS = [
+    "Thank you for calling Example Telecom. How can I help you today? You can say billing or press one, "
+    "or say technical support or press two.",
+    "For billing, your latest bill is in your online account, and payments made today show up within one "
+    "business day.",
+    "For technical support, please restart your router by unplugging it for ten seconds. Most connection "
+    "problems clear up within two minutes.",
+    "Is there anything else I can help you with? You can say yes or no.",
+]
+BACKCHANNEL_WORDS = ["Okay.", "Yeah.", "Uh-huh.", "Right.", "Sure.", "Okay, yeah."]
+BACKCHANNEL_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb"]  # ("mm-hm" they spell out)
+INTERRUPT_AT_S = 1.0
+DIGIT_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb", "joe"]
+
+
+def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
+    from callcenter.hearing.linesim import EchoPath, active_rms, babble, noise_at, place, speak, white
+    from callcenter.hearing.replay import replay
+
+    turns = limit or 20
+    prompts = [(PROMPTS[i % len(PROMPTS)], speak(PROMPTS[i % len(PROMPTS)], ["joe", "awb", "slt"][i % 3]))
+               for i in range(turns)]
+    clean = by_cond.get("clean", [])[:turns]
+    caller_rms = float(np.median([active_rms(_samples(eval_dir / e["path"])) for e in clean])) if clean else 0.05
+    noise_s = max(len(a) for _, a in prompts) / SAMPLE_RATE + 3
+    noises = {"babble10": noise_at(babble(noise_s, seed=1), caller_rms, 10),
+              "white10": noise_at(white(noise_s, seed=1), caller_rms, 10)}
+    result: dict = {"agent_turns": turns, "caller_rms_dbfs": round(20 * np.log10(caller_rms), 1)}
+
+    def run(text, agent, line):
+        return replay(stt, line, agent, echo=EchoPath(), agent_text=text, tail_s=1.0, config=config)
+
+    for cond, noise in noises.items():
+        false_barge = false_pause = 0
+        for text, agent in prompts:
+            r = run(text, agent, noise[: len(agent)])
+            false_barge += r.barge_in_t is not None
+            false_pause += r.agent_stopped_t is not None
+        result[f"silent_caller_{cond}"] = {"false_barge_in_rate": round(false_barge / turns, 3),
+                                           "false_pause_rate": round(false_pause / turns, 3)}
+    stop_ms, barge_ms, missed = [], [], 0
+    for i, (text, agent) in enumerate(prompts):
+        x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak("Stop, I want billing.", "awb")
+        onset = INTERRUPT_AT_S + _onset_s(x)
+        line = place(noises["babble10"][: len(agent)], x, INTERRUPT_AT_S)
+        r = run(text, agent, line)
+        if r.barge_in_t is None:
+            missed += 1
+            continue
+        stop_ms.append((r.agent_stopped_t - onset) * 1000)
+        barge_ms.append((r.barge_in_t - onset) * 1000)
+    result["interruptions_babble10"] = {"agent_silent_ms_p50": _pct(stop_ms, 50), "agent_silent_ms_p95": _pct(stop_ms, 95),
+                                        "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3)}
+    false_barge = resumed = 0
+    for i, (text, agent) in enumerate(prompts):
+        word = speak(BACKCHANNEL_WORDS[i % len(BACKCHANNEL_WORDS)], BACKCHANNEL_VOICES[i % len(BACKCHANNEL_VOICES)])
+        word = word / active_rms(word) * caller_rms
+        r = run(text, agent, place(noises["babble10"][: len(agent)], word, INTERRUPT_AT_S))
+        false_barge += r.barge_in_t is not None
+        resumed += r.resumed > 0
+    result["backchannels_babble10"] = {"false_barge_in_rate": round(false_barge / turns, 3),
+                                       "resumed_rate": round(resumed / turns, 3)}
+    log.info("stt_bench_bargein", **{k: v for k, v in result.items() if isinstance(v, dict)})
+    return result
+
+
+def _digits_part(stt, limit: int | None) -> dict:
+    from callcenter.dialog.digits import digits_hint, spoken_digits
+    from callcenter.hearing.linesim import active_rms, babble, noise_at, speak, white
+
+    count = limit or 30
+    rng = np.random.default_rng(7)
+    numbers = ["".join(str(d) for d in rng.integers(0, 10, int(rng.integers(6, 11)))) for _ in range(count)]
+    voices = DIGIT_VOICES
+    audio = [speak(f"My account number is [digits {n}].", voices[i % len(voices)]) for i, n in enumerate(numbers)]
+    noise_s = max(len(a) for a in audio) / SAMPLE_RATE + 1
+    noises = {"clean": None, "white10": white(noise_s, seed=2), "babble10": babble(noise_s, seed=2)}
+    result: dict = {"numbers": count, "lengths": "6-10 digits", "voices": voices}
+    for cond, noise in noises.items():
+        for hinted in (True, False):
+            exact = 0
+            for n, a in zip(numbers, audio):
+                x = a if noise is None else a + noise_at(noise, active_rms(a), 10)[: len(a)]
+                hint = digits_hint(len(n)) if hinted else None
+                text = stt.transcribe_pcm(float_to_pcm(np.pad(x, (2400, 4000))), SAMPLE_RATE, hint).text
+                exact += spoken_digits(text) == n
+            result[f"{cond}/{'hint' if hinted else 'no_hint'}"] = {"exact": round(exact / count, 3)}
+    log.info("stt_bench_digits", **result)
+    return result

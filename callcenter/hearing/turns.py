@@ -1,0 +1,382 @@
+"""Turn-taking: when the caller started, whether they are really interrupting, and when they finished.
+
+`TurnDetector` is pure logic over 20 ms frames (already echo-cancelled) and the recognizer's text;
+the call session runs the recognizer and reports back with `heard()`. It combines three things:
+
+- **VAD and the noise floor.** A 32 ms window counts as caller speech when silero calls it speech
+  *and* it stands `floor_margin_db` above the line's noise floor (the median level of recent windows
+  that were not caller speech) and above what the agent's echo may leave (`echo.py`). Background
+  talkers on a busy line are speech to silero, but they sit at the floor. Inside a turn, sound far
+  below the turn's loudest window is background too (`turn_drop_db`).
+- **The recognizer's text.** When the caller pauses, the session decodes what they said so far
+  (`Pause`). If that text already answers the node (an intent matched, a yes/no, a digit string of
+  the expected length) the turn ends after `quick_end_ms`; if it is clearly unfinished ("my number
+  is four seven", a trailing "and") it waits up to `hold_ms`; otherwise the node's own silence.
+- **What the node expects** (`Expectation`): yes/no answers end quickly, digit strings get a longer
+  silence, because callers pause between digit groups.
+
+Barge-in while the agent talks is two-step: `Started(agent_talking=True)` after `start_ms` of speech
+(the session pauses the agent's voice at once: that is the "stop within 100 ms"), then either
+`BargeIn` (the caller kept talking for `confirm_ms`, or said something that is not a backchannel)
+or `Resume` (it was "mm-hm", "okay", a cough: the agent carries on where it paused).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from callcenter.audio.frames import FRAME_MS, AudioFrame
+from callcenter.dialog.digits import spoken_digits
+from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
+
+BACKCHANNELS = frozenset(
+    "mm mhm mmhm mm-hm uh-huh uhhuh uh huh hmm yeah yep yup ok okay right sure alright all i see got it "
+    "gotcha oh ah aha cool great fine thanks".split()
+)
+ECHO_WORD_SHARE = 0.8  # this share of a candidate's words among the agent's own words: it is echo
+INTERRUPT_WORDS = frozenset("stop wait hold sorry pardon excuse operator agent human person representative "
+                            "help cancel".split())  # not "no": in babble Whisper hears it in "okay, yeah"
+INTERRUPT_MIN_WORDS = 3
+UNFINISHED_ENDINGS = frozenset("and or but so um uh is are was my the a to of er because then".split())
+_WORD = re.compile(r"[a-z0-9'-]+")
+
+
+@dataclass
+class Expectation:
+    """What the flow node waits for; shapes how long a pause may be before the turn ends."""
+
+    kind: str = "speech"  # speech | yes_no | digits
+    end_silence_ms: float = 700
+    digits_min: int = 0
+    digits_max: int = 0
+    answers: Callable[[str], bool] | None = None  # does this text already answer the node?
+    hint: str | None = None  # recognizer bias for this node
+
+    def complete(self, text: str) -> bool:
+        if self.kind == "digits":
+            n = len(spoken_digits(text))
+            return n >= max(1, self.digits_max or self.digits_min)
+        return bool(self.answers and self.answers(text))
+
+    def unfinished(self, text: str) -> bool:
+        words = _WORD.findall(text.lower())
+        if not words:
+            return False
+        if self.kind == "digits":
+            n = len(spoken_digits(text))
+            return n < max(1, self.digits_min)
+        return words[-1] in UNFINISHED_ENDINGS
+
+
+@dataclass
+class TurnConfig:
+    threshold: float = 0.5  # silero speech probability
+    onset_threshold: float = 0.3  # ... enough for sound this much further above the floor (silero is slow
+    onset_margin_db: float = 6.0  # to rise at the start of speech)
+    barge_margin_db: float = 6.0  # over the agent, caller speech must stand this far above the floor
+    floor_margin_db: float = 6.0  # speech must stand this far above the line's noise floor
+    floor_window_s: float = 3.0  # the floor: the median level of the non-speech windows this far back
+    floor_percentile: float = 50.0
+    start_ms: float = 64  # speech needed to declare the caller started
+    min_speech_ms: float = 160  # a blip shorter than this is dropped, not a turn
+    preroll_ms: float = 300  # audio kept from before the start so the first phoneme is not clipped
+    max_turn_s: float = 30.0
+    pause_ms: float = 96  # silence after which the session decodes what was said so far
+    quick_end_ms: float = 300  # silence that ends a turn whose text already answers the node
+    hold_ms: float = 2000  # silence allowed while the text is clearly unfinished
+    digits_end_ms: float = 1500  # a digits node's silence (callers pause between digit groups)
+    yes_no_end_ms: float = 450
+    confirm_ms: float = 700  # caller speech over the agent that is a real interruption
+    candidate_end_ms: float = 300  # silence that settles a possible interruption (resume or barge in)
+    candidate_carry_s: float = 1.0  # speech again this soon after a resume continues the same one
+    turn_drop_db: float = 15.0  # inside a turn, sound this far below its loudest window is background
+    candidate_drop_db: float = 10.0  # ... and over the agent (background talk after an "mm-hm")
+    partial_every_ms: float = 1000  # decode a partial result this often while the caller talks
+
+
+@dataclass
+class Turn:
+    """One stretch of caller speech."""
+
+    pcm: bytes
+    started_at: float
+    ended_at: float
+    text: str | None = None  # the recognizer's text, when a decode already covers the whole turn
+    confidence: float = 0.0
+    over_agent: bool = False  # the caller spoke while the agent was talking
+    turn_id: int = 0
+    voiced_frames: int = 0  # frames up to the last voiced one: a decode of this many covers the turn
+    text_key: int = 0  # frames the decode behind `text` covered
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / 2 / 8000
+
+
+@dataclass
+class Started:
+    at: float
+    agent_talking: bool
+
+
+@dataclass
+class Pause:
+    """Decode this much of the turn (the caller paused, or a partial result is due)."""
+
+    pcm: bytes
+    turn_id: int
+    key: int  # frames of the turn it covers; give both back to `heard()`
+    partial: bool  # True: a periodic partial while the caller is still talking
+
+
+@dataclass
+class Ended:
+    turn: Turn
+    silence_ms: float  # how long the caller had been quiet when the turn ended
+
+
+@dataclass
+class Discarded:
+    at: float
+    reason: str  # too short, backchannel, noise
+
+
+@dataclass
+class BargeIn:
+    at: float
+    reason: str
+
+
+@dataclass
+class Resume:
+    at: float
+    reason: str
+
+
+Event = Started | Pause | Ended | Discarded | BargeIn | Resume
+
+
+def is_backchannel(text: str) -> bool:
+    words = _WORD.findall(text.lower())
+    return bool(words) and len(words) <= 3 and all(w.strip("-") in BACKCHANNELS for w in words)
+
+
+@dataclass
+class _Heard:
+    key: int
+    text: str
+    confidence: float
+
+
+class TurnDetector:
+    def __init__(self, config: TurnConfig | None = None, vad: SileroVad | None = None) -> None:
+        self.config = config or TurnConfig()
+        self.vad = vad or SileroVad()
+        self.expect = Expectation()
+        self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(self.config.preroll_ms // FRAME_MS)))
+        self._levels: deque[float] = deque(maxlen=int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS))
+        self._window_energy: list[float] = []
+        self._window_echo = 0.0
+        self._agent_words: set[str] = set()
+        self._resumed_at = -1e9
+        self._carried_ms = 0.0
+        self.floor_db = -100.0
+        self._reset_turn()
+
+    # ------------------------------------------------------------ state
+    def _reset_turn(self) -> None:
+        self.turn_id = getattr(self, "turn_id", 0) + 1
+        self.in_speech = False
+        self._speech_run_ms = 0.0
+        self._silence_ms = 0.0
+        self._voiced_ms = 0.0
+        self._frames: list[AudioFrame] = []
+        self._last_voiced = 0  # frames of the turn up to and including the last voiced one
+        self._start_t = 0.0
+        self._over_agent = False
+        self._confirmed = False
+        self._paused_decode_key = -1
+        self._last_partial_ms = 0.0
+        self._heard: _Heard | None = None
+        self._peak_db = -120.0
+
+    def expecting(self, expect: Expectation) -> None:
+        self.expect = expect
+
+    def agent_saying(self, text: str) -> None:
+        """The words the agent is speaking now: a candidate interruption made of them is its echo."""
+        self._agent_words = set(_WORD.findall(text.lower()))
+
+    def interrupts(self, text: str) -> bool:
+        """Is this (said over the agent) a real interruption? Not a backchannel, not the agent's own
+        echo, and either a few words, one of the words callers stop an agent with, or an answer to
+        the node. One or two unknown words are more often background talk misheard than the caller
+        (who, if they go on, is confirmed by `confirm_ms` of speech anyway)."""
+        words = _WORD.findall(text.lower())
+        if not words or is_backchannel(text) or self.is_echo(text):
+            return False
+        return len(words) >= INTERRUPT_MIN_WORDS or bool(set(words) & INTERRUPT_WORDS) or self.expect.complete(text)
+
+    def is_echo(self, text: str) -> bool:
+        words = _WORD.findall(text.lower())
+        if not words or not self._agent_words:
+            return False
+        return sum(w in self._agent_words for w in words) >= ECHO_WORD_SHARE * len(words)
+
+    def reset(self) -> None:
+        self.vad.reset()
+        self._preroll.clear()
+        self._reset_turn()
+
+    @property
+    def candidate(self) -> bool:
+        """The caller is talking over the agent and it is not yet decided whether that interrupts."""
+        return self.in_speech and self._over_agent and not self._confirmed
+
+    # ------------------------------------------------------------ input
+    def heard(self, turn_id: int, key: int, text: str, confidence: float) -> list[Event]:
+        """The recognizer's text for the first `key` frames of turn `turn_id`."""
+        if not self.in_speech or turn_id != self.turn_id or key > len(self._frames):
+            return []
+        if self._heard is None or key >= self._heard.key:
+            self._heard = _Heard(key, text, confidence)
+        if self.candidate and key >= self._last_voiced and self.interrupts(text):
+            self._confirmed = True
+            return [BargeIn(self._start_t, "speech")]
+        return []
+
+    def process(self, frame: AudioFrame, t: float, agent_talking: bool = False,
+                vad_frame: AudioFrame | None = None, echo_floor: float = 0.0) -> list[Event]:
+        """`frame` is what the turn keeps (and the recognizer hears); the speech decisions are made on
+        `vad_frame` when given (the noise gate's output). `echo_floor`: power of the agent's echo
+        that may be left in the frame; only caller sound above it counts."""
+        out: list[Event] = []
+        x = (vad_frame or frame).as_float()
+        probs = self.vad.feed(x)
+        self._window_energy.append(float(np.mean(x * x)))
+        self._window_echo = max(self._window_echo, echo_floor)
+        if self.in_speech:
+            self._frames.append(frame)
+        else:
+            self._preroll.append(frame)
+        for p in probs:
+            level = 10 * np.log10(np.mean(self._window_energy) + 1e-12)
+            echo_db = 10 * np.log10(self._window_echo + 1e-12)
+            self._window_energy.clear()
+            self._window_echo = 0.0
+            if not self._levels:
+                self._levels.append(level)
+            self.floor_db = float(np.percentile(self._levels, self.config.floor_percentile))
+            talking = agent_talking and (not self.in_speech or self.candidate)
+            margin = self.config.barge_margin_db if talking else self.config.floor_margin_db
+            above = max(self.floor_db, echo_db) + margin
+            if self.in_speech:
+                drop = self.config.candidate_drop_db if self.candidate else self.config.turn_drop_db
+                above = max(above, self._peak_db - drop)
+            speech = (p >= self.config.threshold and level >= above) or \
+                (p >= self.config.onset_threshold and level >= above + self.config.onset_margin_db)
+            if speech or not self.in_speech:
+                self._peak_db = max(self._peak_db, level) if self.in_speech else level
+            if not speech:
+                self._levels.append(level)  # the floor learns from what is not caller speech
+            out += self._window(speech, t, agent_talking)
+        return out
+
+    # ------------------------------------------------------------ decisions per VAD window
+    def _window(self, speech: bool, t: float, agent_talking: bool) -> list[Event]:
+        cfg = self.config
+        if not self.in_speech:
+            self._speech_run_ms = self._speech_run_ms + VAD_WINDOW_MS if speech else 0.0
+            if self._speech_run_ms < cfg.start_ms:
+                return []
+            self.in_speech = True
+            self._start_t = t - self._speech_run_ms / 1000
+            self._voiced_ms = self._speech_run_ms
+            if agent_talking and self._start_t - self._resumed_at <= cfg.candidate_carry_s:
+                self._voiced_ms += self._carried_ms  # a noisy line cut the caller's phrase in pieces
+            self._over_agent = agent_talking
+            self._frames = list(self._preroll)
+            self._last_voiced = len(self._frames)
+            self._preroll.clear()
+            return [Started(self._start_t, agent_talking)]
+        out: list[Event] = []
+        if speech:
+            self._silence_ms = 0.0
+            self._voiced_ms += VAD_WINDOW_MS
+            self._last_voiced = len(self._frames)
+            if self.candidate and self._voiced_ms >= cfg.confirm_ms:
+                self._confirmed = True
+                out.append(BargeIn(self._start_t, "kept talking"))
+            if self._voiced_ms - self._last_partial_ms >= cfg.partial_every_ms:
+                self._last_partial_ms = self._voiced_ms
+                out.append(Pause(self._pcm(len(self._frames)), self.turn_id, len(self._frames), partial=True))
+            return out
+        self._silence_ms += VAD_WINDOW_MS
+        if self._silence_ms >= cfg.pause_ms and self._paused_decode_key != self._last_voiced:
+            self._paused_decode_key = self._last_voiced
+            key = min(len(self._frames), self._last_voiced + int(cfg.pause_ms // FRAME_MS))
+            out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
+        if self._silence_ms >= self._end_silence_ms() or len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
+            out.append(self._end(t))
+        elif self.candidate and self._silence_ms >= self._end_silence_ms(candidate=True):
+            out.append(self._end(t))
+        return out
+
+    def _covering(self) -> _Heard | None:
+        """The latest text, if it covers every voiced frame of the turn."""
+        h = self._heard
+        return h if h is not None and h.key >= self._last_voiced else None
+
+    def _end_silence_ms(self, candidate: bool = False) -> float:
+        cfg = self.config
+        base = {"digits": max(self.expect.end_silence_ms, cfg.digits_end_ms),
+                "yes_no": min(self.expect.end_silence_ms, cfg.yes_no_end_ms)}.get(self.expect.kind,
+                                                                               self.expect.end_silence_ms)
+        heard = self._covering()
+        if candidate:
+            # over the agent: a sound followed by a pause is settled once its text is known; the pause
+            # must be long enough that a caller's phrase in a noisy line is not cut into pieces
+            return cfg.candidate_end_ms if heard is not None else cfg.hold_ms
+        if heard is None:
+            return base
+        if self.expect.complete(heard.text):
+            return min(base, cfg.quick_end_ms)
+        if self.expect.unfinished(heard.text):
+            return max(base, cfg.hold_ms)
+        return base
+
+    def _end(self, t: float) -> Event:
+        cfg = self.config
+        frames, voiced, start, heard = self._frames, self._voiced_ms, self._start_t, self._covering()
+        turn_id, last_voiced = self.turn_id, self._last_voiced
+        over_agent, confirmed, silence = self._over_agent, self._confirmed, self._silence_ms
+        self._reset_turn()
+        if voiced < cfg.min_speech_ms:
+            return self._discard(t, "too short", over_agent and not confirmed, voiced)
+        if over_agent and not confirmed:
+            if heard is None or not heard.text.strip():
+                return self._discard(t, "noise", True)
+            if is_backchannel(heard.text):
+                return self._discard(t, "backchannel", True)
+            if self.is_echo(heard.text):
+                return self._discard(t, "echo", True)
+            if not self.interrupts(heard.text):
+                return self._discard(t, "not an interruption", True, voiced)
+        pcm = b"".join(f.pcm for f in frames)
+        turn = Turn(pcm, start, t, heard.text if heard else None, heard.confidence if heard else 0.0,
+                    over_agent, turn_id, last_voiced, heard.key if heard else 0)
+        return Ended(turn, silence)
+
+    def _discard(self, t: float, reason: str, resume: bool, voiced_ms: float = 0.0) -> Event:
+        if resume:
+            self._resumed_at, self._carried_ms = t, voiced_ms
+            return Resume(t, reason)
+        return Discarded(t, reason)
+
+    def _pcm(self, frames: int) -> bytes:
+        return b"".join(f.pcm for f in self._frames[:frames])

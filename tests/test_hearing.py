@@ -1,0 +1,149 @@
+"""Hearing the caller: echo cancellation, turn-taking, barge-in, backchannels, digit strings.
+
+The lines are made here (this project's voices for the agent, flite for callers, echo through a
+µ-law path) and run through the same stages a call uses (`replay`), decodes included."""
+
+import numpy as np
+import pytest
+
+from callcenter.audio.frames import AudioFrame, float_to_pcm
+from callcenter.dialog.digits import digit_runs, spoken_digits
+from callcenter.hearing.echo import EchoCanceller
+from callcenter.hearing.front import HearingConfig
+from callcenter.hearing.linesim import EchoPath, active_rms, babble, noise_at, place, speak
+from callcenter.hearing.replay import replay
+from callcenter.hearing.stt import drop_repeats
+from callcenter.hearing.turns import (BargeIn, Ended, Expectation, Resume, Started, TurnConfig,
+                                     is_backchannel)
+
+PROMPT = ("Thank you for calling Example Telecom. How can I help you today? You can say billing or press "
+          "one, or say technical support or press two.")
+
+
+@pytest.fixture(scope="module")
+def prompt_audio():
+    return speak(PROMPT, "joe")
+
+
+def caller(text, voice="flite:kal"):
+    x = speak(text, voice)
+    return x / active_rms(x) * 0.07  # about -23 dBFS while speaking, a normal caller level
+
+
+# ---------------------------------------------------------------- digits as callers say them
+@pytest.mark.parametrize("text, digits", [
+    ("My account number is four seven two nine one eight three", "4729183"),
+    ("472-918-3", "4729183"),
+    ("It's 472, 9183.", "4729183"),
+    ("double five, oh one", "5501"),
+    ("forty seven twelve", "4712"),
+    ("452 for 32 9000", "4524329000"),
+    ("I'd like to talk to a person", ""),
+])
+def test_spoken_digits(text, digits):
+    assert spoken_digits(text) == digits
+
+
+def test_other_words_split_digit_runs():
+    assert digit_runs("zip nine four one zero seven, born in 1985") == ["94107", "1985"]
+
+
+def test_whisper_loops_are_collapsed():
+    assert drop_repeats("Thank you. Thank you. Thank you. Thank") == "Thank you."
+    assert drop_repeats("Yes. No. Yes.") == "Yes. No. Yes."
+    assert drop_repeats("472 9183 9183 9183 9183 9") == "472 9183"
+    assert drop_repeats("My number is 5, 5, 5, 1, 2.") == "My number is 5, 5, 5, 1, 2."
+    assert drop_repeats("I want to pay I want to pay I want to pay I want") == "I want to pay"
+
+
+def test_backchannels():
+    assert is_backchannel("Mm-hm.") and is_backchannel("okay") and is_backchannel("Yeah, right.")
+    assert not is_backchannel("billing") and not is_backchannel("no I want billing") and not is_backchannel("")
+
+
+# ---------------------------------------------------------------- echo canceller
+def test_echo_is_cancelled_and_the_caller_kept(prompt_audio):
+    agent = prompt_audio * 0.5
+    talker = caller("I want to check my account balance please.")
+    echo, ec = EchoPath(), EchoCanceller()
+    mic, out = [], []
+    line = place(np.zeros(len(agent)), talker, 3.0)
+    for i in range(0, len(agent) - 160, 160):
+        sent = agent[i:i + 160]
+        m = echo.frame(sent) + line[i:i + 160]
+        mic.append(m)
+        out.append(ec.process(AudioFrame(float_to_pcm(m)), float_to_pcm(sent)).as_float())
+    mic, out = np.concatenate(mic), np.concatenate(out)
+
+    def db(x):
+        return 10 * np.log10(np.mean(x ** 2) + 1e-12)
+
+    converged = slice(int(1.5 * 8000), int(3.0 * 8000))  # agent only, after 1.5 s of learning
+    assert db(mic[converged]) - db(out[converged]) > 10
+    talk = slice(int(3.2 * 8000), int((3.0 + len(talker) / 8000) * 8000))
+    assert abs(db(out[talk]) - db(line[talk])) < 3  # the caller comes through at their level
+
+
+# ---------------------------------------------------------------- barge-in
+def test_own_echo_does_not_stop_the_agent(stt, prompt_audio):
+    r = replay(stt, np.zeros(len(prompt_audio)), prompt_audio, echo=EchoPath(), agent_text=PROMPT)
+    assert r.agent_stopped_t is None and r.barge_in_t is None and not r.finals
+
+
+def test_caller_interrupting_stops_the_agent_fast(stt, prompt_audio):
+    talker = caller("No, stop. I want to talk about my bill.")
+    at = 1.5
+    line = place(np.zeros(len(prompt_audio)), talker, at)
+    r = replay(stt, line, prompt_audio, echo=EchoPath(), agent_text=PROMPT)
+    onset = at + np.argmax(np.abs(talker) > 0.02) / 8000
+    assert r.agent_stopped_t is not None and 0 <= r.agent_stopped_t - onset <= 0.15
+    assert r.barge_in_t is not None
+    assert r.finals and "bill" in r.finals[-1].text.lower()
+
+
+def test_backchannel_pauses_then_resumes_the_agent(stt, prompt_audio):
+    line = place(np.zeros(len(prompt_audio)), caller("Okay."), 2.0)
+    r = replay(stt, line, prompt_audio, echo=EchoPath(), agent_text=PROMPT)
+    assert r.agent_stopped_t is not None  # held at once, in case it was an interruption
+    assert r.barge_in_t is None and r.resumed == 1 and not r.finals
+    assert any(isinstance(e, Resume) for _, e in r.events)
+
+
+def test_background_talkers_do_not_interrupt(stt, prompt_audio):
+    noise = noise_at(babble(len(prompt_audio) / 8000 + 1, seed=3), 0.07, 10)
+    r = replay(stt, noise[:len(prompt_audio)], prompt_audio, echo=EchoPath(), agent_text=PROMPT)
+    assert r.barge_in_t is None
+
+
+# ---------------------------------------------------------------- turn-taking
+def _digit_groups(pause_s):
+    first, second = caller("four seven two"), caller("nine one eight three")
+    return np.concatenate([np.zeros(4000), first, np.zeros(int(pause_s * 8000)), second])
+
+
+def test_a_caller_reading_digits_is_not_cut_off(stt):
+    line = _digit_groups(pause_s=1.2)
+    digits = Expectation("digits", 700, digits_min=7, digits_max=7, hint="My number is 4729183.")
+    r = replay(stt, line, expect=digits)
+    assert len(r.finals) == 1 and spoken_digits(r.finals[0].text) == "4729183"
+    # the same pause ends the turn after the first group where the node's silence alone decides
+    eager = HearingConfig(turns=TurnConfig(hold_ms=700))
+    r = replay(stt, line, expect=Expectation("speech", 700), config=eager)
+    assert len(r.finals) == 2
+
+
+def test_a_recognised_answer_ends_the_turn_early(stt):
+    line = np.concatenate([np.zeros(4000), caller("Yes, that's right.")])
+    end_of_speech = np.flatnonzero(np.abs(line) > 0.01)[-1] / 8000
+    quick = replay(stt, line, expect=Expectation("yes_no", 700, answers=lambda t: "yes" in t.lower()))
+    slow = replay(stt, line, expect=Expectation("speech", 1200))
+    assert quick.finals and slow.finals
+    assert quick.finals[0].ended_t - end_of_speech < 0.6
+    assert slow.finals[0].ended_t - end_of_speech > 0.9  # the node's 1.2 s, counted from the last loud window
+
+
+def test_events_arrive_in_order(stt):
+    line = np.concatenate([np.zeros(4000), caller("I need to reset my password.")])
+    r = replay(stt, line)
+    kinds = [type(e) for _, e in r.events if isinstance(e, (Started, Ended, BargeIn))]
+    assert kinds == [Started, Ended]
