@@ -37,7 +37,10 @@ def cmd_simulate(args) -> int:
             raise CliError(f"{s.wav}: no such file")
     stt = WhisperStt(args.stt_model)
     tts = make_tts(flow.voice)
-    result, events = asyncio.run(simulate_call(flow, steps, Path(args.out), stt, tts))
+    from callcenter.hearing.linesim import EchoPath
+
+    echo = EchoPath(gain_db=-args.echo_loss) if args.echo_loss is not None else None
+    result, events = asyncio.run(simulate_call(flow, steps, Path(args.out), stt, tts, echo=echo))
     for who, text in result.transcript:
         print(f"{who}: {text}")
     print(f"-- call ended by {result.ended_by}; recording and events in {args.out}")
@@ -160,7 +163,10 @@ def cmd_bench_stt(args) -> int:
         unknown = set(parts) - set(PARTS)
         if unknown:
             raise CliError(f"--parts: unknown {', '.join(sorted(unknown))} (choose from {', '.join(PARTS)})")
-        report = run_stt_bench(Path(args.json), args.limit, args.stt_model, parts=parts)
+        from callcenter.hearing.front import HearingConfig
+
+        config = HearingConfig(denoise_vad=args.vad_input == "denoised", denoise_stt=args.stt_input == "denoised")
+        report = run_stt_bench(Path(args.json), args.limit, args.stt_model, parts=parts, config=config)
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(json.dumps({k: v for k, v in report.items() if k != "eval_dir"}, indent=2))
@@ -186,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="run a whole call offline from caller WAV files")
     s.add_argument("--flow", required=True)
-    s.add_argument("--caller", nargs="+", required=True, help="WAV files said in turn; dtmf:D presses a key")
+    s.add_argument("--caller", nargs="+", required=True,
+                   help="WAV files said in turn; dtmf:D presses a key; over:S:F.wav says F.wav S seconds "
+                        "into the agent's next prompt, over it")
+    s.add_argument("--echo-loss", type=float, default=None, metavar="DB",
+                   help="the agent's voice echoes back on the caller's line this many dB down (e.g. 15)")
     s.add_argument("--out", required=True)
     s.add_argument("--stt-model", default=None)
     s.set_defaults(fn=cmd_simulate)
@@ -244,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "barge-in (echo, babble, backchannels), digit strings")
     s.add_argument("--limit", type=int, default=None, help="utterances per condition / turns per section")
     s.add_argument("--parts", default="wer,latency,bargein,digits", help="sections to run (comma-separated)")
+    s.add_argument("--vad-input", choices=["raw", "denoised"], default="raw",
+                   help="what turn-taking decides on in the latency and barge-in parts (default: raw)")
+    s.add_argument("--stt-input", choices=["raw", "denoised"], default="raw",
+                   help="what the recognizer hears in the latency and barge-in parts (default: raw)")
     s.add_argument("--stt-model", default=None)
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_stt)

@@ -114,9 +114,20 @@ def test_bench_tts_writes_its_measures(tmp_path):
 @pytest.mark.skipif(not Path("../shared/eval/manifest.jsonl").exists(), reason="needs ../shared/eval")
 def test_bench_stt_reports_each_condition_raw_and_gated(tmp_path):
     out = tmp_path / "stt.json"
-    r = cc("bench", "stt", "--limit", "1", "--json", out, timeout=300)
+    r = cc("bench", "stt", "--limit", "2", "--json", out, timeout=600)
     assert r.returncode == 0, r.stderr
-    conditions = json.loads(out.read_text())["conditions"]
+    report = json.loads(out.read_text())
+    conditions = report["conditions"]
     assert {"clean", "white10", "babble10"} <= set(conditions)
     assert {"raw", "denoised"} == set(conditions["white10"])
     assert conditions["white10"]["denoised"]["denoise_ms_per_frame_p50"] > 0
+    clean = report["latency"]["clean/answer_recognised"]
+    assert 0 < clean["final_ms_p50"] < 2000 and clean["cpu_per_call_second"] > 0
+    assert report["latency"]["clean/open_question"]["turn_end_ms_p50"] >= clean["turn_end_ms_p50"]
+    assert report["bargein"]["agent_turns"] == 2 and "missed_rate" in report["bargein"]["interruptions_babble10"]
+    assert set(report["digits"]) >= {"clean/hint", "white10/hint", "babble10/hint"}
+
+
+def test_bench_stt_rejects_unknown_parts(tmp_path):
+    r = cc("bench", "stt", "--parts", "wer,speed", "--json", tmp_path / "x.json")
+    assert r.returncode == 2 and "unknown speed" in r.stderr

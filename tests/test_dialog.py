@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
 from callcenter.dialog.nlu import IntentMatcher
 
@@ -63,41 +65,15 @@ def test_matcher_needs_a_clear_winner():
     assert m.match("").intent is None
 
 
-ACCOUNT_FLOW = """
-name: account
-start: account
-nodes:
-  account:
-    type: ask
-    prompt: Please say or key in your account number, then press pound.
-    on_failure: bye
-    intents:
-      number:
-        digits: {min_length: 6, max_length: 8}
-        next: confirm
-  confirm:
-    type: ask
-    prompt: Thanks. Is that right?
-    on_failure: bye
-    intents:
-      right: {examples: [yes, yes it is, correct], next: bye}
-      wrong: {examples: [no, "no it isn't", wrong], next: account}
-  bye:
-    type: hangup
-    text: Goodbye.
-"""
 
-
-def account_flow(tmp_path):
+def account_flow():
     from callcenter.dialog.flow import load_flow
 
-    path = tmp_path / "account.yaml"
-    path.write_text(ACCOUNT_FLOW)
-    return load_flow(path)
+    return load_flow(Path(__file__).parent / "flows" / "account.yaml")
 
 
-def test_spoken_account_number_is_captured(tmp_path):
-    d = Dialog(account_flow(tmp_path))
+def test_spoken_account_number_is_captured():
+    d = Dialog(account_flow())
     listen = d.start()[-1]
     assert listen.kind == "digits" and (listen.digits_min, listen.digits_max) == (6, 8)
     d.on_utterance("Sure, it's four seven two, nine one eight three.")
@@ -105,8 +81,8 @@ def test_spoken_account_number_is_captured(tmp_path):
     assert d.captured == {"number": "4729183"} and d.node_name == "confirm"
 
 
-def test_keyed_account_number_ends_with_pound(tmp_path):
-    d = Dialog(account_flow(tmp_path))
+def test_keyed_account_number_ends_with_pound():
+    d = Dialog(account_flow())
     d.start()
     for key in "47291":
         assert d.on_dtmf(key) == [] and d.collecting_keys
@@ -117,8 +93,8 @@ def test_keyed_account_number_ends_with_pound(tmp_path):
     assert says(actions) == ["Thanks. Is that right?"]
 
 
-def test_too_few_digits_reprompts_and_a_pause_in_keying_submits(tmp_path):
-    d = Dialog(account_flow(tmp_path))
+def test_too_few_digits_reprompts_and_a_pause_in_keying_submits():
+    d = Dialog(account_flow())
     d.start()
     d.on_utterance("four seven two")
     assert d.last_decision.via == "no_match" and d.node_name == "account"
@@ -128,9 +104,19 @@ def test_too_few_digits_reprompts_and_a_pause_in_keying_submits(tmp_path):
     assert d.captured["number"] == "4729183"
 
 
-def test_yes_no_nodes_are_recognised_as_such(tmp_path):
-    d = Dialog(account_flow(tmp_path))
+def test_yes_no_nodes_are_recognised_as_such():
+    d = Dialog(account_flow())
     d.start()
     actions = d.on_utterance("4729183")
     assert actions[-1].kind == "yes_no"
     assert d.would_answer("yes it is") and not d.would_answer("what was that")
+
+
+def test_an_unsure_recognition_is_reprompted(flow):
+    d = Dialog(flow)
+    d.start()
+    actions = d.on_utterance("billing", confidence=0.1)
+    assert d.last_decision.via == "low_confidence" and d.node_name == "main_menu"
+    assert says(actions)[0].startswith("Sorry, I didn't catch that.")
+    d.on_utterance("billing", confidence=0.9)
+    assert d.last_decision.intent == "billing"

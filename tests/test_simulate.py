@@ -2,6 +2,7 @@
 
 import asyncio
 import wave
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,52 @@ def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
     assert says[0]["voice"] == "ssm:joe"
     assert [e["voice"] for e in says if e["text"].startswith("For technical")] == ["ssm:awb"]
     assert result.ended_by == "transfer"
+
+
+def test_echo_of_the_agent_is_not_a_caller(flow, stt, tts, tmp_path):
+    """The agent's own voice comes back 15 dB down on the caller's line: no pause, no barge-in."""
+    from callcenter.hearing.linesim import EchoPath
+
+    result, _ = asyncio.run(simulate_call(flow, [CallerStep(digit="1"), CallerStep(digit="2")], tmp_path, stt,
+                                          tts, call_id="sim", echo=EchoPath(gain_db=-15)))
+    kinds = [e["kind"] for e in read_events(tmp_path / "sim.jsonl")]
+    assert "agent_paused" not in kinds and "barge_in" not in kinds and "stt_final" not in kinds
+    assert result.ended_by == "agent"
+
+
+def test_caller_talking_over_the_prompt_interrupts_it(flow, stt, tts, caller_voice, tmp_path):
+    talk = caller_voice("tech", "I need technical support, my internet is down")
+    result, _ = run(flow, [CallerStep(wav=talk, over_s=1.5), CallerStep(digit="0")], tmp_path, stt, tts)
+    events = read_events(tmp_path / "sim.jsonl")
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("agent_paused") < kinds.index("barge_in")
+    decisions = [e for e in events if e["kind"] == "flow_decision" and e.get("via") == "speech"]
+    assert decisions and decisions[0]["intent"] == "technical"
+    # the caller spoke 1.5 s into the greeting: the menu prompt queued after it was dropped unspoken
+    agent = [t for who, t in result.transcript if who == "agent"]
+    assert agent[0].startswith("Thank you for calling") and agent[1].startswith("For technical support")
+
+
+def test_backchannel_over_the_prompt_lets_it_finish(flow, stt, tts, caller_voice, tmp_path):
+    okay = caller_voice("okay", "Okay.")
+    result, _ = run(flow, [CallerStep(wav=okay, over_s=1.5), CallerStep(digit="0")], tmp_path, stt, tts)
+    events = read_events(tmp_path / "sim.jsonl")
+    kinds = [e["kind"] for e in events]
+    assert "agent_paused" in kinds and "agent_resumed" in kinds and "barge_in" not in kinds
+    assert result.ended_by == "transfer"
+
+
+
+@pytest.mark.parametrize("how", ["spoken", "keyed"])
+def test_account_number_spoken_or_keyed(how, stt, tts, caller_voice, tmp_path):
+    from callcenter.dialog.flow import load_flow
+
+    flow = load_flow(Path(__file__).parent / "flows" / "account.yaml")
+    if how == "spoken":
+        steps = [CallerStep(wav=caller_voice("acct", "four seven two, nine one eight three"))]
+    else:
+        steps = [CallerStep(digit=d) for d in "4729183#"]
+    run(flow, steps, tmp_path, stt, tts)
+    decisions = [e for e in read_events(tmp_path / "sim.jsonl") if e["kind"] == "flow_decision"]
+    captured = [d for d in decisions if d["intent"] == "number"]
+    assert captured and captured[0]["value"] == "4729183" and captured[0]["next_node"] == "confirm"

@@ -1,8 +1,11 @@
 """One call's conversation: caller audio → turn taking → recognition → dialog → voice → playout.
 
-`CallSession` assembles the stages and routes what each produces to the next, in one direction.
-Barge-in is its own path: `interrupt()` stops the voice and drops queued audio at once, whatever
-the other stages are doing. The transport (SIP or the offline simulator) only delivers frames,
+`CallSession` assembles the stages and routes what each produces to the next, in one direction:
+caller frames (with the agent frame of the same tick) → `LineFront` (echo canceller, noise gate) →
+`TurnDetector` → `WhisperStt` (decodes while the caller pauses, so the text is often ready when the
+turn ends) → `Dialog` → the voice → the media bridge. Barge-in is its own path: caller speech over
+the agent holds the voice (`bridge.pause()`), and `interrupt()` stops it and drops queued audio at
+once when the turn detector confirms a real interruption; a backchannel resumes it. The transport (SIP or the offline simulator) only delivers frames,
 keypad digits and the end of the call, and carries out transfer and hang-up.
 """
 
@@ -17,15 +20,13 @@ from typing import Protocol
 
 import structlog
 
-from callcenter.audio.frames import AudioFrame
+from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.call import events as ev
-from callcenter.call.bridge import MediaBridge
+from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
+from callcenter.dialog.digits import digits_hint
 from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
 from callcenter.dialog.flow import Flow
-from callcenter.audio.frames import SAMPLE_RATE
-from callcenter.call.bridge import LineFrame
-from callcenter.dialog.digits import digits_hint
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
@@ -223,8 +224,8 @@ class CallSession:
         except Exception as exc:  # a broken decode must not end the call
             self.log.error("stt_failed", error=str(exc))
             self.events.emit(ev.ERROR, stage="stt", error=str(exc))
-            text = STT_FAILURE_TEXT
-        await self._decide(lambda: self.dialog.on_utterance(text) if text else self.dialog.on_no_input())
+            text, conf = STT_FAILURE_TEXT, 0.0
+        await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
 
     def on_dtmf(self, digit: str) -> None:
         self.events.next_turn()

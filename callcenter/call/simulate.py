@@ -13,13 +13,16 @@ from pathlib import Path
 
 import structlog
 
-from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, frames_from_pcm
+import numpy as np
+
+from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, float_to_pcm, frames_from_pcm
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
 from callcenter.dialog.flow import Flow
+from callcenter.hearing.linesim import EchoPath
 from callcenter.voice.ambience import Ambience
 
 log = structlog.get_logger()
@@ -30,10 +33,12 @@ MAX_CALL_S = 180.0
 
 @dataclass
 class CallerStep:
-    """One thing the scripted caller does: say a WAV file or press a key."""
+    """One thing the scripted caller does: say a WAV file or press a key, after the agent has
+    finished speaking, or (`over_s`) that long after the agent starts its next prompt, over it."""
 
     wav: Path | None = None
     digit: str | None = None
+    over_s: float | None = None
 
     @classmethod
     def parse(cls, spec: str) -> "CallerStep":
@@ -42,6 +47,12 @@ class CallerStep:
             if len(digits) != 1 or digits not in "0123456789*#":
                 raise ValueError(f"{spec!r}: expected dtmf:<one of 0-9 * #>")
             return cls(digit=digits)
+        if spec.startswith("over:"):
+            try:
+                seconds, wav = spec[5:].split(":", 1)
+                return cls(wav=Path(wav), over_s=float(seconds))
+            except ValueError:
+                raise ValueError(f"{spec!r}: expected over:<seconds>:<file.wav>") from None
         return cls(wav=Path(spec))
 
 
@@ -61,7 +72,9 @@ class SimulatedLine:
 
 
 async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt, tts,
-                        call_id: str | None = None) -> tuple[SessionResult, CallEvents]:
+                        call_id: str | None = None, echo: EchoPath | None = None) -> tuple[SessionResult, CallEvents]:
+    """`echo`: the agent's voice comes back on the caller's line through this path (a speakerphone,
+    a line hybrid)."""
     call_id = call_id or f"sim-{uuid.uuid4().hex[:12]}"
     out_dir.mkdir(parents=True, exist_ok=True)
     audio = {i: read_wav(s.wav) for i, s in enumerate(steps) if s.wav}  # fail before the call starts
@@ -78,14 +91,23 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
         t0 = time.monotonic()
         tick = 0
         while True:
-            agent_pcm.extend(bridge.agent_frame())
-            bridge.caller_frame(caller_queue.pop(0) if caller_queue else bytes(FRAME_BYTES))
+            sent = bridge.agent_frame()
+            agent_pcm.extend(sent)
+            heard = caller_queue.pop(0) if caller_queue else bytes(FRAME_BYTES)
+            if echo is not None:
+                mix = np.frombuffer(heard, "<i2") / 32768 + echo.frame(np.frombuffer(sent, "<i2") / 32768)
+                heard = float_to_pcm(mix)
+            bridge.caller_frame(heard)
             tick += 1
             await asyncio.sleep(max(0.0, t0 + tick * FRAME_MS / 1000 - time.monotonic()))
 
     async def caller() -> None:
         for i, step in enumerate(steps):
-            await _wait_agent_silent(session, bridge)
+            if step.over_s is not None:
+                await _wait_agent_talking(session, bridge)
+                await asyncio.sleep(step.over_s)
+            else:
+                await _wait_agent_silent(session, bridge)
             if session._ended.is_set():
                 return
             if step.digit:
@@ -121,6 +143,12 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
         "".join(f"{who}: {text}\n" for who, text in result.transcript), encoding="utf-8"
     )
     return result, events
+
+
+async def _wait_agent_talking(session: CallSession, bridge: MediaBridge) -> None:
+    """Wait until the agent's voice is going out (or the call ended)."""
+    while not session._ended.is_set() and not (session.agent_speaking and bridge.queued_frames and not bridge.paused):
+        await asyncio.sleep(FRAME_MS / 1000)
 
 
 async def _wait_agent_silent(session: CallSession, bridge: MediaBridge) -> None:

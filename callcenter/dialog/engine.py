@@ -154,10 +154,14 @@ class Dialog:
             raise FlowError(f"not waiting for caller input (at node {self.node_name!r})")
         return node
 
-    def on_utterance(self, text: str) -> list[Action]:
+    def on_utterance(self, text: str, confidence: float = 1.0) -> list[Action]:
+        """What the caller said, with the recognizer's confidence (0..1)."""
         node = self._ask()
         if not text.strip():
             return self.on_no_input()
+        if confidence < node.min_confidence:
+            self.last_decision = Decision(self.node_name, None, confidence, "low_confidence")
+            return self._retry(node, node.no_match)
         if found := self._digits_match(node, text):
             return self._captured(node, *found, via="speech")
         m = self._matchers[self.node_name].match(text)

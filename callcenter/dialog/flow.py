@@ -78,6 +78,8 @@ class AskNode(_Speaks):
     max_attempts: int = Field(3, ge=1, le=10)
     timeout_s: float = Field(8.0, gt=0, le=120, description="Silence after the prompt before a no-input reprompt.")
     end_silence_ms: int = Field(700, ge=200, le=5000, description="Caller silence that ends their turn here.")
+    min_confidence: float = Field(0.3, ge=0, le=1, description="A recognition less sure than this (0..1) is "
+                                                                 "not acted on: the caller hears the no-match reprompt.")
     expect: Literal["auto", "speech", "yes_no", "digits"] = Field(
         "auto", description="What the caller answers here; shapes turn-taking (yes/no ends quickly, digit "
                             "strings allow pauses between groups). auto: digits if an intent takes digits, "

@@ -76,21 +76,27 @@ LINE_CONDITIONS = ("clean", "white10", "babble10")
 
 
 def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = None,
-                  eval_dir: Path = EVAL_DIR, parts: tuple[str, ...] = PARTS) -> dict:
+                  eval_dir: Path = EVAL_DIR, parts: tuple[str, ...] = PARTS, config=None) -> dict:
+    """`config` (a HearingConfig) is the call's front end for the latency and barge-in parts."""
+    from callcenter.hearing.front import HearingConfig
     from callcenter.hearing.stt import WhisperStt
 
+    config = config or HearingConfig()
     stt = WhisperStt(stt_model, workers=1)
     items = load_manifest(eval_dir)
     by_cond: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_cond[item["cond"]].append(item)
-    report: dict = {"eval_dir": str(eval_dir), "conditions": {}}
+    report: dict = {"eval_dir": str(eval_dir), "front_end": {"echo_cancel": config.echo_cancel,
+                                                              "denoise_vad": config.denoise_vad,
+                                                              "denoise_stt": config.denoise_stt},
+                    "conditions": {}}
     if "wer" in parts:
         _wer_part(report, stt, by_cond, limit, eval_dir)
     if "latency" in parts:
-        report["latency"] = _latency_part(stt, by_cond, limit, eval_dir)
+        report["latency"] = _latency_part(stt, by_cond, limit, eval_dir, config)
     if "bargein" in parts:
-        report["bargein"] = _bargein_part(stt, by_cond, limit, eval_dir)
+        report["bargein"] = _bargein_part(stt, by_cond, limit, eval_dir, config)
     if "digits" in parts:
         report["digits"] = _digits_part(stt, limit)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +159,7 @@ def _with_tail(x: np.ndarray, seconds: float) -> np.ndarray:
     return np.concatenate([x, np.tile(tail, reps)[: int(seconds * SAMPLE_RATE)]])
 
 
-def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path) -> dict:
+def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
     from callcenter.hearing.replay import replay
     from callcenter.hearing.turns import Expectation
 
@@ -173,7 +179,7 @@ def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path) -> dict
             for e in entries:
                 x = _samples(eval_dir / e["path"])
                 speech_end = _speech_bounds(_samples(eval_dir / clean.get(e["id"], e)["path"]))[1]
-                r = replay(stt, _with_tail(x, 2.5), expect=expect, tail_s=0.0)
+                r = replay(stt, _with_tail(x, 2.5), expect=expect, tail_s=0.0, config=config)
                 cpu += r.cpu_s
                 audio += r.seconds
                 if r.finals:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -319,7 +319,7 @@ class TurnDetector:
         self._silence_ms += VAD_WINDOW_MS
         if self._silence_ms >= cfg.pause_ms and self._paused_decode_key != self._last_voiced:
             self._paused_decode_key = self._last_voiced
-            key = min(len(self._frames), self._last_voiced + int(cfg.pause_ms // FRAME_MS))
+            key = len(self._frames)  # all of it: a soft last sound may sit under the voiced windows
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
         if self._silence_ms >= self._end_silence_ms() or len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
             out.append(self._end(t))
