@@ -76,6 +76,7 @@ class CallSession:
         self.front = LineFront(self.hearing)
         self._decodes: dict[tuple[int, int], asyncio.Future] = {}
         self._hint: str | None = None
+        self._turn_no = 0
         self.result = SessionResult()
         self._speak_queue: asyncio.Queue = asyncio.Queue()
         self._utterance = 0
@@ -161,6 +162,7 @@ class CallSession:
     def _on_turn_event(self, event, now: float) -> None:
         if isinstance(event, Started):
             self._cancel_no_input()
+            self._turn_no = self.events.next_turn()  # partials, the final and the answer share it
             self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.turns.floor_db, 1))
             if event.agent_talking:
                 self.bridge.pause()
@@ -178,7 +180,7 @@ class CallSession:
             turn = event.turn
             if self.bridge.paused:  # spoke over the agent and it counted: the agent has been interrupted
                 self.bridge.resume()
-            turn_no = self.events.next_turn()
+            turn_no = self._turn_no
             self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
                              last_voice_t=round(now - event.silence_ms / 1000, 4))
             self._in_flight += 1
