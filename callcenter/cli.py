@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="run a whole call offline from caller WAV files")
     s.add_argument("--flow", required=True)
     s.add_argument("--caller", nargs="+", required=True,
-                   help="WAV files said in turn; dtmf:D presses a key; over:S:F.wav says F.wav S seconds "
+                   help="WAV files said in turn; dtmf:D presses a key (RFC 4733), tone:D plays its tone in "
+                        "the audio; over:S:F.wav says F.wav S seconds "
                         "into the agent's next prompt, over it")
     s.add_argument("--echo-loss", type=float, default=None, metavar="DB",
                    help="the agent's voice echoes back on the caller's line this many dB down (e.g. 15)")

@@ -106,3 +106,33 @@ def test_account_number_spoken_or_keyed(how, stt, tts, caller_voice, tmp_path):
     decisions = [e for e in read_events(tmp_path / "sim.jsonl") if e["kind"] == "flow_decision"]
     captured = [d for d in decisions if d["intent"] == "number"]
     assert captured and captured[0]["value"] == "4729183" and captured[0]["next_node"] == "confirm"
+
+
+def test_keypad_tones_in_the_audio_work_like_keypad_events(flow, stt, tts, tmp_path):
+    """A caller whose phone sends no RFC 4733 events: the keys arrive as tones in the audio."""
+    result, _ = run(flow, [CallerStep.parse("tone:2"), CallerStep.parse("tone:0")], tmp_path, stt, tts)
+    events = read_events(tmp_path / "sim.jsonl")
+    keys = [(e["digit"], e["source"]) for e in events if e["kind"] == "dtmf"]
+    assert keys == [("2", "inband"), ("0", "inband")]
+    assert "stt_final" not in [e["kind"] for e in events]  # the tones were not taken for speech
+    agent = [t for who, t in result.transcript if who == "agent"]
+    assert any(t.startswith("For technical support") for t in agent) and result.ended_by == "transfer"
+
+
+def test_one_key_heard_both_ways_counts_once(flow, stt, tts, tmp_path):
+    from callcenter.call.bridge import MediaBridge
+    from callcenter.call.events import CallEvents
+    from callcenter.call.session import CallSession
+    from callcenter.call.simulate import SimulatedLine
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        events = CallEvents("dedup")
+        session = CallSession("dedup", flow, MediaBridge(loop), SimulatedLine(), events, stt, tts)
+        session.on_dtmf("1")
+        session.on_dtmf("1", source="inband")
+        session.on_dtmf("A", source="inband")
+        await asyncio.sleep(0.05)
+        return [(e.data["digit"], e.data.get("ignored", False)) for e in events.history if e.kind == "dtmf"]
+
+    assert asyncio.run(main()) == [("1", False), ("A", True)]

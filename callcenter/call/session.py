@@ -20,23 +20,25 @@ from typing import Protocol
 
 import structlog
 
-from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.audio.frames import SAMPLE_RATE, silence
 from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.dialog.digits import digits_hint
 from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
-from callcenter.dialog.flow import Flow
+from callcenter.dialog.flow import DTMF_DIGITS, Flow
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
                                       Turn, TurnDetector)
+from callcenter.telephony.dtmf import InbandDtmf
 
 log = structlog.get_logger()
 
 STT_FAILURE_TEXT = ""  # an unrecognisable turn counts as no match, never as a crash
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
+DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
 
 
 class CallControl(Protocol):
@@ -77,6 +79,8 @@ class CallSession:
         self._decodes: dict[tuple[int, int], asyncio.Future] = {}
         self._hint: str | None = None
         self._turn_no = 0
+        self.keypad = InbandDtmf()
+        self._last_key: tuple[str, float, str] | None = None
         self.result = SessionResult()
         self._speak_queue: asyncio.Queue = asyncio.Queue()
         self._utterance = 0
@@ -153,6 +157,10 @@ class CallSession:
         while True:
             line: LineFrame = await self.bridge.caller_frames.get()
             now = self.events.now()
+            for digit in self.keypad.process(line.caller):
+                self.on_dtmf(digit, source="inband")
+            if self.keypad.tone_on:  # a keypad tone is not caller speech
+                line = LineFrame(silence(), line.reference)
             stt_frame, vad_frame = self.front.process(line.caller, line.reference, self.turns.in_speech)
             talking = self.agent_speaking and not self.dialog.finished
             for event in self.turns.process(stt_frame, now, talking, vad_frame=vad_frame,
@@ -229,9 +237,19 @@ class CallSession:
             text, conf = STT_FAILURE_TEXT, 0.0
         await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
 
-    def on_dtmf(self, digit: str) -> None:
+    def on_dtmf(self, digit: str, source: str = "rfc4733") -> None:
+        """A keypad digit, from RFC 4733 telephone events or detected in the caller's audio. A peer
+        that sends both gets one digit: the same key from the other source within DEDUP_S is dropped."""
+        now = self.events.now()
+        last = self._last_key
+        self._last_key = (digit, now, source)
+        if last and last[0] == digit and last[2] != source and now - last[1] < DTMF_DEDUP_S:
+            return
         self.events.next_turn()
-        self.events.emit(ev.DTMF, digit=digit)
+        if digit not in DTMF_DIGITS:  # A-D: a tone no telephone keypad sends to us
+            self.events.emit(ev.DTMF, digit=digit, source=source, ignored=True)
+            return
+        self.events.emit(ev.DTMF, digit=digit, source=source)
         self._cancel_no_input()
         if self.dialog.finished:
             return

@@ -23,10 +23,12 @@ from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
 from callcenter.dialog.flow import Flow
 from callcenter.hearing.linesim import EchoPath
+from callcenter.telephony.dtmf import dtmf_tone
 from callcenter.voice.ambience import Ambience
 
 log = structlog.get_logger()
 
+TONE_S = 0.12  # how long the scripted caller holds a key down
 CALLER_GAP_S = 0.6  # the scripted caller answers this long after the agent falls silent
 MAX_CALL_S = 180.0
 
@@ -37,7 +39,8 @@ class CallerStep:
     finished speaking, or (`over_s`) that long after the agent starts its next prompt, over it."""
 
     wav: Path | None = None
-    digit: str | None = None
+    digit: str | None = None  # an RFC 4733 event
+    tone: str | None = None  # an in-band keypad tone in the caller's audio
     over_s: float | None = None
 
     @classmethod
@@ -47,6 +50,11 @@ class CallerStep:
             if len(digits) != 1 or digits not in "0123456789*#":
                 raise ValueError(f"{spec!r}: expected dtmf:<one of 0-9 * #>")
             return cls(digit=digits)
+        if spec.startswith("tone:"):
+            key = spec[5:]
+            if len(key) != 1 or key not in "0123456789*#":
+                raise ValueError(f"{spec!r}: expected tone:<one of 0-9 * #>")
+            return cls(tone=key)
         if spec.startswith("over:"):
             try:
                 seconds, wav = spec[5:].split(":", 1)
@@ -113,7 +121,8 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
             if step.digit:
                 session.on_dtmf(step.digit)
             else:
-                caller_queue.extend(f.pcm for f in frames_from_pcm(audio[i]))
+                pcm = float_to_pcm(dtmf_tone(step.tone, TONE_S)) if step.tone else audio[i]
+                caller_queue.extend(f.pcm for f in frames_from_pcm(pcm))
                 while caller_queue:
                     await asyncio.sleep(FRAME_MS / 1000)
         await _wait_agent_silent(session, bridge)
