@@ -11,7 +11,8 @@ lines made here (`linesim.py`). Sections (`--parts`):
   silence); WER of those finals; CPU per call-second.
 - `bargein`: the agent speaks a prompt with its echo coming back (µ-law, -15 dB, 60 ms): false
   barge-ins while the caller line carries only babble or white noise at 10 dB; real interruptions
-  (eval utterances in babble): time from speech onset to the agent falling silent, and misses;
+  (eval utterances, on a clean line and in babble): time from speech onset to the agent falling
+  silent, to the interruption being confirmed, and misses;
   backchannels ("okay", "mm-hm") that must not stop the agent.
 - `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
   recognized exactly, with the digits hint a digits node gives the recognizer and without.
@@ -234,19 +235,21 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
             false_pause += r.agent_stopped_t is not None
         result[f"silent_caller_{cond}"] = {"false_barge_in_rate": round(false_barge / turns, 3),
                                            "false_pause_rate": round(false_pause / turns, 3)}
-    stop_ms, barge_ms, missed = [], [], 0
-    for i, (text, agent) in enumerate(prompts):
-        x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak("Stop, I want billing.", "awb")
-        onset = INTERRUPT_AT_S + _onset_s(x)
-        line = place(noises["babble10"][: len(agent)], x, INTERRUPT_AT_S)
-        r = run(text, agent, line)
-        if r.barge_in_t is None:
-            missed += 1
-            continue
-        stop_ms.append((r.agent_stopped_t - onset) * 1000)
-        barge_ms.append((r.barge_in_t - onset) * 1000)
-    result["interruptions_babble10"] = {"agent_silent_ms_p50": _pct(stop_ms, 50), "agent_silent_ms_p95": _pct(stop_ms, 95),
-                                        "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3)}
+    for cond in ("clean", "babble10"):
+        stop_ms, barge_ms, missed = [], [], 0
+        for i, (text, agent) in enumerate(prompts):
+            x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak("Stop, I want billing.", "awb")
+            onset = INTERRUPT_AT_S + _onset_s(x)
+            background = noises[cond][: len(agent)] if cond in noises else np.zeros(len(agent))
+            r = run(text, agent, place(background, x, INTERRUPT_AT_S))
+            if r.barge_in_t is None:
+                missed += 1
+                continue
+            stop_ms.append((r.agent_stopped_t - onset) * 1000)
+            barge_ms.append((r.barge_in_t - onset) * 1000)
+        result[f"interruptions_{cond}"] = {
+            "agent_silent_ms_p50": _pct(stop_ms, 50), "agent_silent_ms_p95": _pct(stop_ms, 95),
+            "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3)}
     false_barge = resumed = 0
     for i, (text, agent) in enumerate(prompts):
         word = speak(BACKCHANNEL_WORDS[i % len(BACKCHANNEL_WORDS)], BACKCHANNEL_VOICES[i % len(BACKCHANNEL_VOICES)])
