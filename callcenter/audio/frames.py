@@ -44,6 +44,11 @@ def silence() -> AudioFrame:
     return _SILENCE
 
 
+def pcm_to_float(pcm: bytes, dtype=np.float64) -> np.ndarray:
+    """16-bit little-endian PCM to float samples in [-1, 1): the inverse of `float_to_pcm`."""
+    return np.frombuffer(pcm, dtype="<i2").astype(dtype) / 32768.0
+
+
 def float_to_pcm(x: np.ndarray) -> bytes:
     """Float samples in [-1, 1] to 16-bit little-endian PCM, clipping overs."""
     return (np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()

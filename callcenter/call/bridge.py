@@ -4,8 +4,9 @@ The transport (pjsua2's media clock thread, or the simulator's clock) calls `cal
 each frame the caller sent and `agent_frame()` each tick for the frame to send. The asyncio side
 reads `caller_frames` (each with the agent frame sent in the same tick, the echo canceller's
 reference) and queues agent audio with `play()`; `pause()` holds the agent's voice (a possible
-barge-in), `resume()` carries on where it stopped, `flush()` drops queued agent audio (a real one). Each outgoing frame, speech or silence, passes the call's phone-line ambience;
-each tick is written to the stereo recording (what the caller heard), time-aligned.
+barge-in), `resume()` carries on where it stopped, `flush()` drops queued agent audio (a real
+one). Each outgoing frame, speech or silence, passes the call's phone-line ambience; each tick is
+written to the stereo recording (what the caller heard), time-aligned.
 """
 
 from __future__ import annotations

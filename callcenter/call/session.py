@@ -5,8 +5,9 @@ caller frames (with the agent frame of the same tick) → `LineFront` (echo canc
 `TurnDetector` → `WhisperStt` (decodes while the caller pauses, so the text is often ready when the
 turn ends) → `Dialog` → the voice → the media bridge. Barge-in is its own path: caller speech over
 the agent holds the voice (`bridge.pause()`), and `interrupt()` stops it and drops queued audio at
-once when the turn detector confirms a real interruption; a backchannel resumes it. The transport (SIP or the offline simulator) only delivers frames,
-keypad digits and the end of the call, and carries out transfer and hang-up.
+once when the turn detector confirms a real interruption; a backchannel resumes it. The transport
+(SIP or the offline simulator) only delivers frames, keypad digits and the end of the call, and
+carries out transfer and hang-up.
 """
 
 from __future__ import annotations
@@ -77,8 +78,6 @@ class CallSession:
         self.turns = TurnDetector(self.hearing.turns)
         self.front = LineFront(self.hearing)
         self._decodes: dict[tuple[int, int], asyncio.Future] = {}
-        self._hint: str | None = None
-        self._turn_no = 0
         self.keypad = InbandDtmf()
         self._last_key: tuple[str, float, str] | None = None
         self.result = SessionResult()
@@ -170,7 +169,7 @@ class CallSession:
     def _on_turn_event(self, event, now: float) -> None:
         if isinstance(event, Started):
             self._cancel_no_input()
-            self._turn_no = self.events.next_turn()  # partials, the final and the answer share it
+            self.events.next_turn()  # the turn's partials, final and answer share its number
             self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.turns.floor_db, 1))
             if event.agent_talking:
                 self.bridge.pause()
@@ -188,18 +187,18 @@ class CallSession:
             turn = event.turn
             if self.bridge.paused:  # spoke over the agent and it counted: the agent has been interrupted
                 self.bridge.resume()
-            turn_no = self._turn_no
             self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
                              last_voice_t=round(now - event.silence_ms / 1000, 4))
             self._in_flight += 1
-            asyncio.create_task(self._recognise(turn, turn_no))
+            asyncio.create_task(self._recognise(turn))
 
     def _start_decode(self, pause: Pause) -> None:
         key = (pause.turn_id, pause.key)
         if key in self._decodes:
             return
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE, self._hint)
+        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE,
+                                      self.turns.expect.hint)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -215,7 +214,7 @@ class CallSession:
 
         future.add_done_callback(done)
 
-    async def _recognise(self, turn: Turn, turn_no: int) -> None:
+    async def _recognise(self, turn: Turn) -> None:
         try:
             if turn.text is not None:
                 text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
@@ -227,7 +226,7 @@ class CallSession:
                 else:
                     loop = asyncio.get_running_loop()
                     result = await loop.run_in_executor(None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE,
-                                                        self._hint)
+                                                        self.turns.expect.hint)
                     how = "after end"
                 text, conf, stt_s = result.text, result.confidence, result.seconds
             self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(stt_s, 3), via=how)
@@ -291,9 +290,9 @@ class CallSession:
             self._speak_queue.put_nowait(action)
 
     def _expect(self, listen: Listen) -> None:
-        self._hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == "digits" else None
+        hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == "digits" else None
         self.turns.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
-                                         answers=self.dialog.would_answer, hint=self._hint))
+                                         answers=self.dialog.would_answer, hint=hint))
 
     async def _speak(self) -> None:
         """Carries out actions in order: speaks prompts, then listens, transfers or hangs up."""
@@ -383,5 +382,3 @@ def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:
     day = time.strftime("%Y-%m-%d")
     base = Path(root) / day / call_id
     return base.with_suffix(".wav"), base.with_suffix(".jsonl")
-
-

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import structlog
 
-import numpy as np
-
-from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, float_to_pcm, frames_from_pcm
+from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, float_to_pcm, frames_from_pcm, pcm_to_float
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
-from callcenter.dialog.flow import Flow
+from callcenter.dialog.flow import DTMF_DIGITS, Flow
 from callcenter.hearing.linesim import EchoPath
 from callcenter.telephony.dtmf import dtmf_tone
 from callcenter.voice.ambience import Ambience
@@ -47,12 +45,12 @@ class CallerStep:
     def parse(cls, spec: str) -> "CallerStep":
         if spec.startswith("dtmf:"):
             digits = spec[5:]
-            if len(digits) != 1 or digits not in "0123456789*#":
+            if len(digits) != 1 or digits not in DTMF_DIGITS:
                 raise ValueError(f"{spec!r}: expected dtmf:<one of 0-9 * #>")
             return cls(digit=digits)
         if spec.startswith("tone:"):
             key = spec[5:]
-            if len(key) != 1 or key not in "0123456789*#":
+            if len(key) != 1 or key not in DTMF_DIGITS:
                 raise ValueError(f"{spec!r}: expected tone:<one of 0-9 * #>")
             return cls(tone=key)
         if spec.startswith("over:"):
@@ -103,8 +101,7 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
             agent_pcm.extend(sent)
             heard = caller_queue.pop(0) if caller_queue else bytes(FRAME_BYTES)
             if echo is not None:
-                mix = np.frombuffer(heard, "<i2") / 32768 + echo.frame(np.frombuffer(sent, "<i2") / 32768)
-                heard = float_to_pcm(mix)
+                heard = float_to_pcm(pcm_to_float(heard) + echo.frame(pcm_to_float(sent)))
             bridge.caller_frame(heard)
             tick += 1
             await asyncio.sleep(max(0.0, t0 + tick * FRAME_MS / 1000 - time.monotonic()))

@@ -15,7 +15,6 @@ from callcenter.dialog.nlu import IntentMatcher, words
 from callcenter.voice.speaker import VoiceSettings
 
 MAX_CHAIN = 50  # say→say chains longer than this are a flow bug, not a conversation
-YES_NO_WORDS = frozenset("yes yeah yep no nope correct right wrong sure okay ok thank thanks please that".split())
 KEYPAD_END, KEYPAD_CLEAR = "#", "*"
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm, frames_from_pcm
+from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm, frames_from_pcm, pcm_to_float
 from callcenter.audio.wavfile import read_wav
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.vad import VAD_WINDOW_SAMPLES, SileroVad
@@ -133,7 +133,7 @@ def _wer_part(report: dict, stt, by_cond: dict, limit: int | None, eval_dir: Pat
 
 
 def _samples(path: Path) -> np.ndarray:
-    return np.frombuffer(read_wav(path), "<i2").astype(np.float64) / 32768
+    return pcm_to_float(read_wav(path))
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -270,11 +270,11 @@ def _digits_part(stt, limit: int | None) -> dict:
     count = limit or 30
     rng = np.random.default_rng(7)
     numbers = ["".join(str(d) for d in rng.integers(0, 10, int(rng.integers(6, 11)))) for _ in range(count)]
-    voices = DIGIT_VOICES
-    audio = [speak(f"My account number is [digits {n}].", voices[i % len(voices)]) for i, n in enumerate(numbers)]
+    audio = [speak(f"My account number is [digits {n}].", DIGIT_VOICES[i % len(DIGIT_VOICES)])
+             for i, n in enumerate(numbers)]
     noise_s = max(len(a) for a in audio) / SAMPLE_RATE + 1
     noises = {"clean": None, "white10": white(noise_s, seed=2), "babble10": babble(noise_s, seed=2)}
-    result: dict = {"numbers": count, "lengths": "6-10 digits", "voices": voices}
+    result: dict = {"numbers": count, "lengths": "6-10 digits", "voices": DIGIT_VOICES}
     for cond, noise in noises.items():
         for hinted in (True, False):
             exact = 0

@@ -10,8 +10,9 @@ agent talks: the agent's recent power times the "leak", the ratio of residual to
 frames where only the agent talked (cautious, -6 dB, until it has been measured; the line's noise
 counts in it, which on a busy line keeps background talk from passing for the caller), and at
 least -10 dB of the echo the filter predicts. (A least-squares fit that left the noise out did
-worse on `bench stt --parts bargein`: more false pauses and barge-ins in babble.) Turn-taking counts caller speech only above that floor, so "our
-own voice leaked back" is not "the caller spoke". Cost: ~0.4 ms per 20 ms frame while the agent
+worse on `bench stt --parts bargein`: more false pauses and barge-ins in babble.) Turn-taking
+counts caller speech only above that floor, so "our own voice leaked back" is not "the caller
+spoke". Cost: ~0.4 ms per 20 ms frame while the agent
 talks, nothing otherwise.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, AudioFrame
+from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, AudioFrame, pcm_to_float
 
 TAIL_MS = 320                         # echo path covered: bulk delay plus the echo's own tail
 PARTITIONS = TAIL_MS // FRAME_MS
@@ -57,9 +58,8 @@ class EchoCanceller:
     def process(self, caller: AudioFrame, reference: bytes | None, learn: bool = True) -> AudioFrame:
         """The caller's frame with the echo of the agent's recent frames removed. `learn=False` while
         turn-taking hears the caller: double talk the level test (Geigel) can miss."""
-        mic = caller.as_float().astype(np.float64)
-        ref = (np.frombuffer(reference, "<i2").astype(np.float64) / 32768.0
-               if reference else np.zeros(FRAME_SAMPLES))
+        mic = pcm_to_float(caller.pcm)
+        ref = pcm_to_float(reference) if reference else np.zeros(FRAME_SAMPLES)
         block = np.concatenate([self.previous_ref, ref])
         self.previous_ref = ref
         self.ref_spectra = np.roll(self.ref_spectra, 1, axis=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from callcenter.audio import g711
-from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm
+from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 
 BABBLE_TALKERS = 6
 ECHO_DELAY_MS = 60  # bulk delay of the echo path (jitter buffers, the far end's hybrid)
@@ -42,7 +42,7 @@ def speak(text: str, voice: str = "joe", speed: float = 1.0) -> np.ndarray:
 
         with tempfile.TemporaryDirectory() as tmp:
             wav = flite_voice(normalize(text), Path(tmp) / "caller.wav", voice.split(":", 1)[1])
-            return np.frombuffer(read_wav(wav), "<i2").astype(np.float64) / 32768
+            return pcm_to_float(read_wav(wav))
     from callcenter.voice.ssm_tts import SsmTts
 
     return np.concatenate(list(SsmTts(voice, speed=speed).samples(text, threading.Event())))
@@ -103,7 +103,7 @@ class EchoPath:
         x = np.concatenate([self.history, sent])
         self.history = x[len(x) - len(self.history):]
         y = np.convolve(x, self.path, mode="valid")
-        return np.frombuffer(g711.ulaw_roundtrip(float_to_pcm(y)), "<i2").astype(np.float64) / 32768
+        return pcm_to_float(g711.ulaw_roundtrip(float_to_pcm(y)))
 
 
 def place(into: np.ndarray, x: np.ndarray, at_s: float) -> np.ndarray:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.audio.frames import SAMPLE_RATE, pcm_to_float
 
 WHISPER_RATE = 16000
 HOP_SAMPLES = 160                 # Whisper's mel hop at 16 kHz: 100 frames per second
@@ -51,12 +51,13 @@ def _drop_loops(sentence: str) -> str:
     for n in range(1, 5):
         i = 0
         while i + n * LOOP_REPEATS <= len(words):
-            unit = [w.strip(",.?!").lower() for w in words[i:i + n]]
+            bare = [w.strip(",.?!").lower() for w in words]
+            unit = bare[i:i + n]
             if n == 1 and len(unit[0]) < 3:
                 i += 1
                 continue
             k = 1
-            while [w.strip(",.?!").lower() for w in words[i + k * n:i + (k + 1) * n]] == unit:
+            while bare[i + k * n:i + (k + 1) * n] == unit:
                 k += 1
             if k >= LOOP_REPEATS:
                 rest = words[i + k * n:]
@@ -71,14 +72,15 @@ def drop_repeats(text: str) -> str:
     """Collapse a sentence said again straight after itself ("Thank you. Thank you. Thank you.")
     and a phrase looping inside one."""
     out: list[str] = []
+    last = ""  # the kept sentence before, bare
     for sentence in (_drop_loops(m.group().strip()) for m in _SENTENCE.finditer(text)):
         key = re.sub(r"[^a-z0-9 ]", "", sentence.lower()).strip()
         if not key:
             continue
-        last = re.sub(r"[^a-z0-9 ]", "", out[-1].lower()).strip() if out else None
         if last and last.startswith(key):  # the same again, or its start cut off by the token budget
             continue
         out.append(sentence)
+        last = key
     return " ".join(out)
 
 
@@ -136,8 +138,7 @@ class WhisperStt:
         self.suppress = get_suppressed_tokens(self.tokenizer, [-1])
 
     def transcribe_pcm(self, pcm: bytes, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
-        x = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-        return self.transcribe(x, rate, hint)
+        return self.transcribe(pcm_to_float(pcm, np.float32), rate, hint)
 
     def transcribe(self, audio: np.ndarray, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
         import ctranslate2

@@ -186,11 +186,12 @@ class TurnDetector:
         self._resumed_at = -1e9
         self._carried_ms = 0.0
         self.floor_db = -100.0
+        self.turn_id = 0
         self._reset_turn()
 
     # ------------------------------------------------------------ state
     def _reset_turn(self) -> None:
-        self.turn_id = getattr(self, "turn_id", 0) + 1
+        self.turn_id += 1
         self.in_speech = False
         self._speech_run_ms = 0.0
         self._silence_ms = 0.0
@@ -213,14 +214,27 @@ class TurnDetector:
         self._agent_words = set(_WORD.findall(text.lower()))
 
     def interrupts(self, text: str) -> bool:
-        """Is this (said over the agent) a real interruption? Not a backchannel, not the agent's own
-        echo, and either a few words, one of the words callers stop an agent with, or an answer to
-        the node. One or two unknown words are more often background talk misheard than the caller
-        (who, if they go on, is confirmed by `confirm_ms` of speech anyway)."""
+        """Is this (said over the agent) a real interruption?"""
+        return self._not_an_interruption(text) is None
+
+    def _not_an_interruption(self, text: str) -> str | None:
+        """Why this, said over the agent, is not an interruption; None when it is one. It is when it
+        is not a backchannel, not the agent's own echo, and either a few words, one of the words
+        callers stop an agent with, or an answer to the node. One or two unknown words are more
+        often background talk misheard than the caller (who, if they go on, is confirmed by
+        `confirm_ms` of speech anyway)."""
+        if not text.strip():
+            return "noise"
         words = _WORD.findall(text.lower())
-        if not words or is_backchannel(text) or self.is_echo(text):
-            return False
-        return len(words) >= INTERRUPT_MIN_WORDS or bool(set(words) & INTERRUPT_WORDS) or self.expect.complete(text)
+        if not words:
+            return "not an interruption"
+        if is_backchannel(text):
+            return "backchannel"
+        if self.is_echo(text):
+            return "echo"
+        if len(words) >= INTERRUPT_MIN_WORDS or set(words) & INTERRUPT_WORDS or self.expect.complete(text):
+            return None
+        return "not an interruption"
 
     def is_echo(self, text: str) -> bool:
         words = _WORD.findall(text.lower())
@@ -359,14 +373,10 @@ class TurnDetector:
         if voiced < cfg.min_speech_ms:
             return self._discard(t, "too short", over_agent and not confirmed, voiced)
         if over_agent and not confirmed:
-            if heard is None or not heard.text.strip():
-                return self._discard(t, "noise", True)
-            if is_backchannel(heard.text):
-                return self._discard(t, "backchannel", True)
-            if self.is_echo(heard.text):
-                return self._discard(t, "echo", True)
-            if not self.interrupts(heard.text):
-                return self._discard(t, "not an interruption", True, voiced)
+            reason = self._not_an_interruption(heard.text) if heard is not None else "noise"
+            if reason is not None:
+                # only words that may start a longer phrase carry their speech into the next piece
+                return self._discard(t, reason, True, voiced if reason == "not an interruption" else 0.0)
         pcm = b"".join(f.pcm for f in frames)
         turn = Turn(pcm, start, t, heard.text if heard else None, heard.confidence if heard else 0.0,
                     over_agent, turn_id, last_voiced, heard.key if heard else 0)
