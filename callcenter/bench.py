@@ -22,7 +22,7 @@ from callcenter.server import AgentProcess
 from callcenter.telephony.softphone import Softphone, scripted_caller
 
 CALLER_LINES = ("I have a question about my bill", "No thanks, that's all")
-STAGES = ("endpoint", "stt", "flow", "tts", "transport")
+STAGES = ("endpoint", "stt", "flow", "wait", "tts", "transport")
 
 
 def _free_port() -> int:
@@ -50,7 +50,9 @@ def turn_latencies(events: list[dict]) -> list[dict]:
             "endpoint": end["t"] - voice_end,
             "stt": t["stt_final"]["t"] - end["t"],
             "flow": t["flow_decision"]["t"] - t["stt_final"]["t"],
-            "tts": t["tts_first_audio"]["t"] - t["flow_decision"]["t"],
+            # webhook or model time before the first words (0 for scripted nodes)
+            "wait": t["agent_say"]["t"] - t["flow_decision"]["t"] if "agent_say" in t else 0.0,
+            "tts": t["tts_first_audio"]["t"] - t.get("agent_say", t["flow_decision"])["t"],
             "transport": t["first_rtp_out"]["t"] - t["tts_first_audio"]["t"],
             "after_endpoint": t["first_rtp_out"]["t"] - end["t"],
             "voice_to_voice": t["first_rtp_out"]["t"] - voice_end,

@@ -137,6 +137,22 @@ def cmd_flows_check(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_flows_schema(args) -> int:
+    from callcenter.dialog.flow import flow_schema
+
+    print(json.dumps(flow_schema(), indent=2))
+    return 0
+
+
+def cmd_test(args) -> int:
+    from callcenter.flowtest import run_scenarios
+
+    passed, failed, _ = run_scenarios(args.files, only=args.only, json_out=Path(args.json) if args.json else None,
+                                      out_root=Path(args.out) if args.out else None)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 def cmd_bench(args) -> int:
     from callcenter.bench import bench_call
 
@@ -194,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", required=True)
     s.add_argument("--caller", nargs="+", required=True,
                    help="WAV files said in turn; dtmf:D presses a key (RFC 4733), tone:D plays its tone in "
-                        "the audio; over:S:F.wav says F.wav S seconds "
+                        "the audio; silence:S stays quiet S seconds; over:S:F.wav says F.wav S seconds "
                         "into the agent's next prompt, over it")
     s.add_argument("--echo-loss", type=float, default=None, metavar="DB",
                    help="the agent's voice echoes back on the caller's line this many dB down (e.g. 15)")
@@ -236,6 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = f.add_parser("check", help="check flow files, reporting file:line:col: problem")
     s.add_argument("files", nargs="+")
     s.set_defaults(fn=cmd_flows_check)
+    s = f.add_parser("schema", help="print the JSON Schema of flow files (for yaml-language-server)")
+    s.set_defaults(fn=cmd_flows_schema)
+
+    s = sub.add_parser("test", help="run flow scenarios: a simulated caller against a flow, with checks")
+    s.add_argument("files", nargs="+", help="scenario files (flows/tests/*.yaml)")
+    s.add_argument("-k", "--only", default=None, help="only scenarios whose name contains this")
+    s.add_argument("--json", default=None, help="write a report here")
+    s.add_argument("--out", default=None, help="folder for audio scenarios' recordings and events")
+    s.set_defaults(fn=cmd_test)
 
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
     s = b.add_parser("call", help="scripted calls over real SIP: per-stage turn latency")
@@ -274,11 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     from callcenter.voice.espeak import TtsError
     from callcenter.voice.runtime import VoiceFileError
     from callcenter.voice.phonemes import PhonemizerError
+    from callcenter.dialog.embed import EmbeddingError
 
     try:
         return args.fn(args)
     except (UserFileError, CliError, AudioFileError, SttError, TtsError, SoftphoneError, VoiceFileError,
-            PhonemizerError) as exc:
+            PhonemizerError, EmbeddingError) as exc:
         print(f"callcenter: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

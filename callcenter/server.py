@@ -14,7 +14,7 @@ from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder, repair_recordings
 from callcenter.call.session import CallSession, recording_paths
-from callcenter.dialog.flow import Flow, load_flow
+from callcenter.dialog.library import FlowLibrary
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.telephony.config import SipConfig, load_sip_config
@@ -38,10 +38,12 @@ class LiveCall:
         wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
         self.recorder = StereoRecorder(wav)
         self.events = CallEvents(self.call_id, jsonl)
-        ambience = Ambience(agent.flow.ambience, seed=zlib.crc32(self.call_id.encode()))
+        flow = agent.flows.current  # this call keeps this version even if the file changes meanwhile
+        ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
         self.bridge = MediaBridge(loop, self.recorder, ambience)
-        self.session = CallSession(self.call_id, agent.flow, self.bridge, self, self.events, agent.stt,
-                                   agent.tts)
+        self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
+                                   agent.tts, variables={"caller": info.remote_uri},
+                                   flow_digest=agent.flows.digest)
         self._transfer: asyncio.Future | None = None
         self.task: asyncio.Task | None = None
         call.bridge = self.bridge
@@ -105,9 +107,9 @@ def _safe_name(call_id: str) -> str:
 
 
 class Agent:
-    def __init__(self, config: SipConfig, flow: Flow, stt: WhisperStt, tts):
+    def __init__(self, config: SipConfig, flows: FlowLibrary, stt: WhisperStt, tts):
         self.config = config
-        self.flow = flow
+        self.flows = flows
         self.stt = stt
         self.tts = tts
         self.live: dict[str, LiveCall] = {}
@@ -124,9 +126,11 @@ class Agent:
         loop = asyncio.get_running_loop()
         self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
         self.endpoint.start()
+        watcher = asyncio.create_task(self.flows.watch())
         try:
             await stop.wait()
         finally:
+            watcher.cancel()
             for live in list(self.live.values()):
                 live.session.end("agent")
             tasks = [lc.task for lc in self.live.values() if lc.task]
@@ -137,14 +141,18 @@ class Agent:
 
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:
     config = load_sip_config(config_path)
-    flow = load_flow(flow_path)
+    flows = FlowLibrary(flow_path)
+    flow = flows.current
     fixed = repair_recordings(config.recordings)
     if fixed:
         log.warning("recordings_repaired", files=[str(p) for p in fixed])
     stt = WhisperStt(stt_model)
     tts = make_tts(flow.voice)
     SileroVad()  # load the VAD model now, not while the first caller waits for an answer
-    agent = Agent(config, flow, stt, tts)
+    from callcenter.dialog.embed import shared_encoder
+
+    shared_encoder()  # and the sentence embeddings for intents
+    agent = Agent(config, flows, stt, tts)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -39,45 +39,39 @@ def _wav_header(data_bytes: int, channels: int = CHANNELS, rate: int = SAMPLE_RA
     )
 
 
-class StereoRecorder:
-    """Writes time-aligned caller/agent frames as one interleaved stereo WAV, incrementally."""
+class WavWriter:
+    """A WAV file written incrementally, its header kept true once a second, so a crash never loses
+    more than the last second's sizes (which `repair_wav` restores)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, channels: int = 1) -> None:
         self.path = Path(path)
+        self.channels = channels
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(self._fd, _wav_header(0))
+        os.write(self._fd, _wav_header(0, channels))
         self._data_bytes = 0
         self._frames_since_refresh = 0
         self._lock = threading.Lock()
         self._closed = False
 
-    def write(self, caller_pcm: bytes, agent_pcm: bytes) -> None:
-        """Append one 20 ms frame of each side (called from the media clock thread)."""
-        if len(caller_pcm) != FRAME_BYTES or len(agent_pcm) != FRAME_BYTES:
-            raise ValueError("recorder takes one 20 ms frame per side")
-        left = memoryview(caller_pcm).cast("h")
-        right = memoryview(agent_pcm).cast("h")
-        inter = bytearray(2 * FRAME_BYTES)
-        view = memoryview(inter).cast("h")
-        view[0::2] = left
-        view[1::2] = right
+    def append(self, pcm: bytes) -> None:
+        """Append one 20 ms frame (all channels interleaved)."""
         with self._lock:
             if self._closed:
                 return
-            os.write(self._fd, inter)
-            self._data_bytes += len(inter)
+            os.write(self._fd, pcm)
+            self._data_bytes += len(pcm)
             self._frames_since_refresh += 1
             if self._frames_since_refresh >= HEADER_REFRESH_FRAMES:
                 self._refresh_header()
 
     def _refresh_header(self) -> None:
-        os.pwrite(self._fd, _wav_header(self._data_bytes), 0)
+        os.pwrite(self._fd, _wav_header(self._data_bytes, self.channels), 0)
         self._frames_since_refresh = 0
 
     @property
     def seconds(self) -> float:
-        return self._data_bytes / (CHANNELS * SAMPLE_WIDTH * SAMPLE_RATE)
+        return self._data_bytes / (self.channels * SAMPLE_WIDTH * SAMPLE_RATE)
 
     def close(self) -> None:
         with self._lock:
@@ -87,6 +81,23 @@ class StereoRecorder:
             os.fsync(self._fd)
             os.close(self._fd)
             self._closed = True
+
+
+class StereoRecorder(WavWriter):
+    """Writes time-aligned caller/agent frames as one interleaved stereo WAV, incrementally."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path, CHANNELS)
+
+    def write(self, caller_pcm: bytes, agent_pcm: bytes) -> None:
+        """Append one 20 ms frame of each side (called from the media clock thread)."""
+        if len(caller_pcm) != FRAME_BYTES or len(agent_pcm) != FRAME_BYTES:
+            raise ValueError("recorder takes one 20 ms frame per side")
+        inter = bytearray(2 * FRAME_BYTES)
+        view = memoryview(inter).cast("h")
+        view[0::2] = memoryview(caller_pcm).cast("h")
+        view[1::2] = memoryview(agent_pcm).cast("h")
+        self.append(bytes(inter))
 
 
 def repair_wav(path: str | Path) -> bool:

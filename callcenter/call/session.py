@@ -26,13 +26,15 @@ from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.dialog.digits import digits_hint
-from callcenter.dialog.engine import Dialog, Hangup, Listen, Say, Transfer
+from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Pause, Record, Say, Think, Transfer
 from callcenter.dialog.flow import DTMF_DIGITS, Flow
+from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
                                       Turn, TurnDetector)
 from callcenter.telephony.dtmf import InbandDtmf
+from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 
 log = structlog.get_logger()
 
@@ -51,6 +53,9 @@ class CallControl(Protocol):
 class SessionResult:
     ended_by: str = "caller"  # caller, agent, transfer, error
     transcript: list[tuple[str, str]] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)  # the flow nodes the call passed, in order
+    variables: dict = field(default_factory=dict)  # the flow's variables (slots, webhook results) at the end
+    transferred_to: str | None = None
 
 
 class CallSession:
@@ -64,16 +69,24 @@ class CallSession:
         stt: WhisperStt,
         tts,
         hearing: HearingConfig | None = None,
+        services: FlowServices | None = None,
+        variables: dict | None = None,
+        flow_digest: str | None = None,
+        now=None,
     ):
         self.call_id = call_id
         self.flow = flow
+        self.flow_digest = flow_digest
         self.bridge = bridge
         self.control = control
         self.events = events
         self.stt = stt
         self.tts = tts
         self.log = log.bind(call_id=call_id)
-        self.dialog = Dialog(flow)
+        self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
+        self.services = services or FlowServices(flow)
+        self._voicemail: VoicemailRecorder | None = None
+        self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
         self.turns = TurnDetector(self.hearing.turns)
         self.front = LineFront(self.hearing)
@@ -97,15 +110,28 @@ class CallSession:
 
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
-        self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version)
+        self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version,
+                         **({"flow_digest": self.flow_digest} if self.flow_digest else {}))
         self._tasks = [
             asyncio.create_task(self._hear(), name=f"{self.call_id}-hear"),
             asyncio.create_task(self._speak(), name=f"{self.call_id}-speak"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._stage_died)
         self._act(self.dialog.start())
         await self._ended.wait()
         await self._shutdown()
         return self.result
+
+    def _stage_died(self, task: asyncio.Task) -> None:
+        """A hearing or speaking loop that crashes would leave the caller in dead air: end the call
+        (with everything recorded so far kept) and say why."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self.log.error("stage_failed", task=task.get_name(), error=repr(exc))
+        self.events.emit(ev.ERROR, stage=task.get_name().rsplit("-", 1)[-1], error=repr(exc))
+        self.end("error")
 
     def end(self, by: str) -> None:
         """The call is over (caller hung up, or the agent finished)."""
@@ -122,6 +148,8 @@ class CallSession:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.result.transcript = self.events.transcript()
+        self.result.path = list(self.dialog.path)
+        self.result.variables = dict(self.dialog.variables)
         self.events.emit(ev.CALL_END, ended_by=self.result.ended_by)
 
     # ------------------------------------------------------------ barge-in
@@ -132,7 +160,12 @@ class CallSession:
     @property
     def busy(self) -> bool:
         """The agent is talking or still working out its answer to the caller."""
-        return self.agent_speaking or self._in_flight > 0 or self.turns.in_speech
+        return self.agent_speaking or self._in_flight > 0 or self.turns.in_speech or \
+            self.dialog.waiting in ("fetch", "llm")
+
+    @property
+    def recording_voicemail(self) -> bool:
+        return self._voicemail is not None
 
     @property
     def agent_speaking(self) -> bool:
@@ -140,6 +173,7 @@ class CallSession:
 
     def interrupt(self, reason: str, emit: bool = True) -> None:
         """Stop the agent's voice now: cancel synthesis, drop queued prompts and queued audio."""
+        self._speech_gen += 1
         dropped = self.bridge.flush()
         self.bridge.resume()
         while not self._speak_queue.empty():
@@ -156,6 +190,8 @@ class CallSession:
         while True:
             line: LineFrame = await self.bridge.caller_frames.get()
             now = self.events.now()
+            if self._voicemail is not None:
+                self._voicemail.add(line.caller.pcm)
             for digit in self.keypad.process(line.caller):
                 self.on_dtmf(digit, source="inband")
             if self.keypad.tone_on:  # a keypad tone is not caller speech
@@ -167,6 +203,9 @@ class CallSession:
                 self._on_turn_event(event, now)
 
     def _on_turn_event(self, event, now: float) -> None:
+        if self._voicemail is not None:  # a message being left is recorded, not answered
+            self._voicemail.heard(event, now)
+            return
         if isinstance(event, Started):
             self._cancel_no_input()
             self.events.next_turn()  # the turn's partials, final and answer share its number
@@ -249,6 +288,10 @@ class CallSession:
             self.events.emit(ev.DTMF, digit=digit, source=source, ignored=True)
             return
         self.events.emit(ev.DTMF, digit=digit, source=source)
+        if self._voicemail is not None:
+            if digit == "#":
+                self._voicemail.finish("pound")
+            return
         self._cancel_no_input()
         if self.dialog.finished:
             return
@@ -257,11 +300,17 @@ class CallSession:
         self._in_flight += 1
         asyncio.create_task(self._decide(lambda: self.dialog.on_dtmf(digit)))
 
-    async def _decide(self, step) -> None:
+    async def _decide(self, step, caller_input: bool = True) -> None:
+        """Run one engine step. Caller input (counted in `_in_flight`) waits while the flow waits for
+        a webhook, a model, a voicemail or a transfer; those results themselves go straight in."""
         try:
+            while caller_input and self.dialog.waiting in ("fetch", "llm", "record", "transfer") \
+                    and not self._ended.is_set():
+                await asyncio.sleep(0.02)
             await self._decide_locked(step)
         finally:
-            self._in_flight = max(0, self._in_flight - 1)
+            if caller_input:
+                self._in_flight = max(0, self._in_flight - 1)
 
     async def _decide_locked(self, step) -> None:
         async with self._decide_lock:
@@ -275,6 +324,7 @@ class CallSession:
                 return
             d = self.dialog.last_decision
             extra = {"value": d.value} if d.value is not None else {}
+            extra.update(d.detail)
             self.events.emit(ev.FLOW_DECISION, node=d.node, intent=d.intent, score=round(d.score, 3), via=d.via,
                              next_node=self.dialog.node_name, **extra)
             self._act(actions)
@@ -284,10 +334,39 @@ class CallSession:
     # ------------------------------------------------------------ acting
     def _act(self, actions) -> None:
         for action in actions:
+            if isinstance(action, Fetch):
+                self._tasks.append(asyncio.create_task(self._fetch(action)))
+                continue
+            if isinstance(action, Think):
+                self._tasks.append(asyncio.create_task(self._think(action)))
+                continue
             if isinstance(action, Listen):
                 self._listen = action
                 self._expect(action)
             self._speak_queue.put_nowait(action)
+
+    async def _fetch(self, action: Fetch) -> None:
+        self.events.emit(ev.WEBHOOK, node=action.node, url=action.url, method=action.method)
+        result = await self.services.fetch(action, self.log)
+        self.events.emit(ev.WEBHOOK, node=action.node, status=result.status, ms=round(result.seconds * 1000),
+                         **({"error": result.error} if result.error else {}))
+        await self._decide(lambda: self.dialog.on_fetched(result.status, result.data, result.error), caller_input=False)
+
+    async def _think(self, action: Think) -> None:
+        request = action.request
+        gen = self._speech_gen
+        self.events.emit(ev.LLM_REQUEST, node=request.node, provider=request.provider, text=request.utterance)
+
+        def sentence(text: str) -> None:
+            if gen == self._speech_gen and not self._ended.is_set():
+                self._speak_queue.put_nowait(Say(text))
+
+        result = await self.services.think(action, sentence, self.log)
+        self.events.emit(ev.LLM_REPLY, node=request.node, ms=round(result.seconds * 1000),
+                         first_sentence_ms=round(result.first_text_s * 1000) if result.first_text_s else None,
+                         text=result.reply.text if result.reply else None,
+                         **({"error": result.error} if result.error else {}))
+        await self._decide(lambda: self.dialog.on_thought(result.reply, result.error), caller_input=False)
 
     def _expect(self, listen: Listen) -> None:
         hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == "digits" else None
@@ -300,19 +379,24 @@ class CallSession:
             action = await self._speak_queue.get()
             if isinstance(action, Say):
                 await self._say(action.text, action.voice)
+            elif isinstance(action, Pause):
+                await asyncio.sleep(action.ms / 1000)
             elif isinstance(action, Listen):
                 self._start_no_input(action.timeout_s)
+            elif isinstance(action, Record):
+                await self._record(action)
             elif isinstance(action, Transfer):
                 await asyncio.sleep(GOODBYE_GRACE_S)
                 self._ending_by = "transfer"
                 self.events.emit(ev.TRANSFER, to=action.to)
                 ok = await self.control.transfer(action.to)
                 self.events.emit(ev.TRANSFER, to=action.to, accepted=ok)
-                self._ending_by = "transfer" if ok else "agent"
-                self.end(self._ending_by)
-                if not ok:
-                    await self.control.hangup()
-                return
+                if ok:
+                    self.result.transferred_to = action.to
+                    self.end("transfer")
+                    return
+                self._ending_by = None
+                await self._decide(self.dialog.on_transfer_failed, caller_input=False)
             elif isinstance(action, Hangup):
                 await asyncio.sleep(GOODBYE_GRACE_S)
                 self._ending_by = "agent"
@@ -359,6 +443,30 @@ class CallSession:
         if done and not done.is_set():
             done.set()
             self.events.emit(ev.PLAYOUT_DONE, utterance=utt)
+
+    async def _record(self, action: Record) -> None:
+        """Leave a message: a beep, then the caller's audio until # / silence / the maximum length."""
+        if action.beep:
+            self._utterance += 1
+            utt = self._utterance
+            self._played[utt] = asyncio.Event()
+            for i, frame in enumerate(beep_frames()):
+                self.bridge.play(frame, utt, first=i == 0)
+            self.bridge.end_utterance(utt)
+            await self._played[utt].wait()
+        path = voicemail_path(self.events.path, self.call_id)
+        self._voicemail = VoicemailRecorder(path, action.max_s, action.end_silence_s, self.events.now())
+        self.events.emit(ev.VOICEMAIL, state="recording", path=str(path) if path else None)
+        try:
+            reason = await self._voicemail.done()
+        finally:
+            recorder, self._voicemail = self._voicemail, None
+            seconds = recorder.close()
+        if not recorder.heard_speech:  # the file is kept, but the flow learns that nothing was said
+            reason, seconds = "nothing said", 0.0
+        self.events.emit(ev.VOICEMAIL, state="saved", path=str(path) if path else None, seconds=round(seconds, 2),
+                         ended_by=reason)
+        await self._decide(lambda: self.dialog.on_recorded(str(path) if path else None, seconds), caller_input=False)
 
     # ------------------------------------------------------------ no input
     def _start_no_input(self, timeout_s: float) -> None:

@@ -40,6 +40,7 @@ class CallerStep:
     digit: str | None = None  # an RFC 4733 event
     tone: str | None = None  # an in-band keypad tone in the caller's audio
     over_s: float | None = None
+    silence_s: float | None = None  # stay quiet this long (the agent's no-input reprompt comes meanwhile)
 
     @classmethod
     def parse(cls, spec: str) -> "CallerStep":
@@ -53,6 +54,11 @@ class CallerStep:
             if len(key) != 1 or key not in DTMF_DIGITS:
                 raise ValueError(f"{spec!r}: expected tone:<one of 0-9 * #>")
             return cls(tone=key)
+        if spec.startswith("silence:"):
+            try:
+                return cls(silence_s=float(spec[8:]))
+            except ValueError:
+                raise ValueError(f"{spec!r}: expected silence:<seconds>") from None
         if spec.startswith("over:"):
             try:
                 seconds, wav = spec[5:].split(":", 1)
@@ -65,20 +71,22 @@ class CallerStep:
 class SimulatedLine:
     """The simulator's stand-in for a SIP dialog: it records what the agent asked the line to do."""
 
-    def __init__(self) -> None:
+    def __init__(self, accept_transfer: bool = True) -> None:
         self.transferred_to: str | None = None
         self.hung_up = False
+        self.accept_transfer = accept_transfer
 
     async def hangup(self) -> None:
         self.hung_up = True
 
     async def transfer(self, uri: str) -> bool:
         self.transferred_to = uri
-        return True
+        return self.accept_transfer
 
 
 async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt, tts,
-                        call_id: str | None = None, echo: EchoPath | None = None) -> tuple[SessionResult, CallEvents]:
+                        call_id: str | None = None, echo: EchoPath | None = None,
+                        line: SimulatedLine | None = None, **session_args) -> tuple[SessionResult, CallEvents]:
     """`echo`: the agent's voice comes back on the caller's line through this path (a speakerphone,
     a line hybrid)."""
     call_id = call_id or f"sim-{uuid.uuid4().hex[:12]}"
@@ -88,8 +96,8 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     recorder = StereoRecorder(out_dir / f"{call_id}.wav")
     events = CallEvents(call_id, out_dir / f"{call_id}.jsonl")
     bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0))
-    line = SimulatedLine()
-    session = CallSession(call_id, flow, bridge, line, events, stt, tts)
+    line = line or SimulatedLine()
+    session = CallSession(call_id, flow, bridge, line, events, stt, tts, **session_args)
     agent_pcm = bytearray()
     caller_queue: list[bytes] = []
 
@@ -115,14 +123,16 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
                 await _wait_agent_silent(session, bridge)
             if session._ended.is_set():
                 return
-            if step.digit:
+            if step.silence_s is not None:
+                await asyncio.sleep(step.silence_s)
+            elif step.digit:
                 session.on_dtmf(step.digit)
             else:
                 pcm = float_to_pcm(dtmf_tone(step.tone, TONE_S)) if step.tone else audio[i]
                 caller_queue.extend(f.pcm for f in frames_from_pcm(pcm))
                 while caller_queue:
                     await asyncio.sleep(FRAME_MS / 1000)
-        await _wait_agent_silent(session, bridge)
+        await _wait_agent_silent(session, bridge, final=True)
 
     clock_task = asyncio.create_task(clock())
     caller_task = asyncio.create_task(caller())
@@ -157,11 +167,12 @@ async def _wait_agent_talking(session: CallSession, bridge: MediaBridge) -> None
         await asyncio.sleep(FRAME_MS / 1000)
 
 
-async def _wait_agent_silent(session: CallSession, bridge: MediaBridge) -> None:
-    """Wait until the agent has spoken and then been quiet for CALLER_GAP_S (or the call ended)."""
+async def _wait_agent_silent(session: CallSession, bridge: MediaBridge, final: bool = False) -> None:
+    """Wait until the agent has spoken and then been quiet for CALLER_GAP_S (or the call ended).
+    `final`: before hanging up, also wait for a voicemail being recorded to finish."""
     quiet_since = None
     while not session._ended.is_set():
-        if session.busy or session.utterances_spoken == 0:
+        if session.busy or session.utterances_spoken == 0 or final and session.recording_voicemail:
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.monotonic()

@@ -1,20 +1,29 @@
 """The dialog engine: walks a flow as the caller speaks or presses keys.
 
-Pure and synchronous: inputs are what the caller did (an utterance, a keypad digit, silence), outputs
-are actions for the call to carry out (say, listen, transfer, hang up). The same engine runs in live
-calls and in offline simulations, so both give the same transcript.
+Pure and synchronous: inputs are what happened (an utterance, a keypad digit, silence, a webhook's
+reply, a model's reply, a recorded message), outputs are actions for the call to carry out (say,
+listen, fetch, think, record, transfer, hang up). Nothing here waits or touches the network: the
+call (or `callcenter test`) carries out `Fetch` and `Think` and reports back. The same engine runs in
+live calls, offline simulations and flow tests, so all three take the same path.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
 
 from callcenter.dialog.digits import spoken_digits
-from callcenter.dialog.flow import AskNode, Flow, HangupNode, SayNode, TransferNode
-from callcenter.dialog.nlu import IntentMatcher, words
+from callcenter.dialog.expr import parse_expr, render
+from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, SayNode,
+                                    SetNode, Slot, TransferNode, VoicemailNode, WebhookNode)
+from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
+from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok
 from callcenter.voice.speaker import VoiceSettings
 
-MAX_CHAIN = 50  # say→say chains longer than this are a flow bug, not a conversation
+MAX_CHAIN = 50  # nodes passed without the caller's input; more is a flow bug, not a conversation
 KEYPAD_END, KEYPAD_CLEAR = "#", "*"
 
 
@@ -22,6 +31,11 @@ KEYPAD_END, KEYPAD_CLEAR = "#", "*"
 class Say:
     text: str
     voice: VoiceSettings | None = None  # None: the flow's voice
+
+
+@dataclass(frozen=True)
+class Pause:
+    ms: int
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,57 @@ class Hangup:
     pass
 
 
-Action = Say | Listen | Transfer | Hangup
+@dataclass(frozen=True)
+class Fetch:
+    """An HTTP request for a webhook node; answer with `Dialog.on_fetched`."""
+    node: str
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class LlmRequest:
+    node: str
+    provider: str
+    instructions: str
+    knowledge: str | None
+    choices: dict[str, tuple[str, tuple[str, ...]]]  # name -> (description, examples)
+    slots: dict[str, Slot]
+    tools: dict[str, LlmTool]
+    history: tuple[tuple[str, str], ...]  # (caller|agent, text), oldest first
+    utterance: str
+    time_budget_s: float
+    fallback: str
+
+
+@dataclass
+class LlmReply:
+    """What a model decided. `text` has already been spoken to the caller as it streamed."""
+    text: str = ""
+    choice: str | None = None
+    slots: dict[str, Any] = field(default_factory=dict)
+    tool: str | None = None
+    tool_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Think:
+    """An LLM turn; answer with `Dialog.on_thought`."""
+    request: LlmRequest
+
+
+@dataclass(frozen=True)
+class Record:
+    """Record a voicemail; answer with `Dialog.on_recorded`."""
+    max_s: float
+    end_silence_s: float
+    beep: bool
+
+
+Action = Say | Pause | Listen | Transfer | Hangup | Fetch | Think | Record
 
 
 @dataclass(frozen=True)
@@ -54,173 +118,491 @@ class Decision:
     node: str
     intent: str | None
     score: float
-    via: str  # "speech", "keypad", "no_match", "no_input", "start"
-    value: str | None = None  # the digit string a digits intent captured
+    via: str  # speech, keypad, no_match, no_input, low_confidence, start, global, webhook, llm, ...
+    value: str | None = None  # the digit string a digits intent or slot captured
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class FlowError(RuntimeError):
     pass
 
 
+_MATCHERS: dict[int, tuple[Flow, dict[str, SemanticMatcher]]] = {}
+
+
+def _matchers(flow: Flow, encoder) -> dict[str, SemanticMatcher]:
+    """Intent matchers for every node that listens, built once per loaded flow (embedding the
+    examples costs a few ms each)."""
+    key = id(flow) * 2 + (encoder is not None)
+    cached = _MATCHERS.get(key)
+    if cached and cached[0] is flow:
+        return cached[1]
+    out: dict[str, SemanticMatcher] = {}
+    for name, node in flow.nodes.items():
+        if isinstance(node, MenuNode):
+            node = node.as_ask()
+        if isinstance(node, AskNode):
+            out[name] = SemanticMatcher({i: x.examples for i, x in node.intents.items()}, encoder)
+        elif isinstance(node, LlmNode):
+            out[name] = SemanticMatcher({c: x.examples for c, x in node.choices.items()}, encoder)
+    out[""] = SemanticMatcher({i: g.examples for i, g in flow.globals.intents.items()}, encoder)
+    if len(_MATCHERS) > 64:
+        _MATCHERS.clear()
+    _MATCHERS[key] = (flow, out)
+    return out
+
+
+@dataclass(frozen=True)
+class _DigitTarget:
+    kind: str  # intent | slot
+    name: str
+    min_length: int
+    max_length: int
+    checksum: str | None = None
+
+
 class Dialog:
-    def __init__(self, flow: Flow):
+    def __init__(self, flow: Flow, variables: dict[str, Any] | None = None, now: dt.datetime | None = None,
+                 encoder="shared"):
+        """`encoder`: sentence embeddings for intent matching ("shared": the process's MiniLM; None:
+        word overlap only)."""
+        if encoder == "shared":
+            from callcenter.dialog.embed import shared_encoder
+
+            encoder = shared_encoder()
         self.flow = flow
         self.node_name = flow.start
         self.attempts = 0
         self.finished = False
+        self.waiting: str | None = None  # caller | fetch | llm | record | transfer
         self.last_decision: Decision | None = None
-        self.captured: dict[str, str] = {}  # digits intents' values, by intent name
-        self.keyed = ""  # keypad digits collected for a digits intent
-        self._matchers = {
-            name: IntentMatcher({i: intent.examples for i, intent in node.intents.items()})
-            for name, node in flow.nodes.items()
-            if isinstance(node, AskNode)
+        self.captured: dict[str, str] = {}  # digits intents' and slots' values, by name
+        self.keyed = ""  # keypad digits collected for a digit string
+        self.path: list[str] = []
+        self.no_match_total = 0
+        self.no_input_total = 0
+        self.llm_turns = 0
+        self.llm_history: list[tuple[str, str]] = []
+        self.now = now or dt.datetime.now()
+        self.variables: dict[str, Any] = {
+            "caller": "", "call_id": "", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
+            "weekday": WEEKDAY_KEYS[self.now.weekday()], "date": self.now.date().isoformat(),
+            "time": self.now.strftime("%H:%M"), "last_utterance": "", "last_intent": None, "attempts": 0,
+            "webhook_status": None, "llm_answer": "", "voicemail_path": None, "voicemail_s": 0,
         }
+        self.variables.update(flow.variables)
+        self.variables.update(variables or {})
+        self._matchers = _matchers(flow, encoder)
+        self._asks = {n: node.as_ask() for n, node in flow.nodes.items() if isinstance(node, MenuNode)}
 
+    # ------------------------------------------------------------ state
     @property
     def node(self):
-        return self.flow.nodes[self.node_name]
+        node = self.flow.nodes[self.node_name]
+        return self._asks.get(self.node_name, node)
+
+    def render(self, text: str) -> str:
+        return render(text, self.variables)
+
+    def _say(self, text: str, node) -> Say:
+        return Say(self.render(text), getattr(node, "voice", None))
 
     def start(self) -> list[Action]:
         self.last_decision = Decision(self.flow.start, None, 1.0, "start")
         return self._enter(self.flow.start)
 
-    def _enter(self, name: str) -> list[Action]:
-        actions: list[Action] = []
+    def _enter(self, name: str, actions: list[Action] | None = None) -> list[Action]:
+        actions = actions if actions is not None else []
         for _ in range(MAX_CHAIN):
             self.node_name = name
+            self.path.append(name)
             self.attempts = 0
             self.keyed = ""
-            node = self.flow.nodes[name]
+            self.waiting = None
+            node = self.node
             if isinstance(node, SayNode):
-                actions.append(Say(node.text, node.voice))
+                actions.append(self._say(node.text, node))
+                if node.pause_ms:
+                    actions.append(Pause(node.pause_ms))
                 name = node.next
                 continue
+            if isinstance(node, SetNode):
+                for var, value in node.values.items():
+                    self.variables[var] = self.render(value) if isinstance(value, str) else value
+                for var, source in node.compute.items():
+                    try:
+                        self.variables[var] = parse_expr(source).eval(self.variables)
+                    except TypeError:
+                        self.variables[var] = None
+                name = node.next
+                continue
+            if isinstance(node, BranchNode):
+                name = next((c.next for c in node.cases if parse_expr(c.when).truth(self.variables)), node.otherwise)
+                continue
             if isinstance(node, AskNode):
-                actions += [Say(node.prompt, node.voice), self._listen(node)]
+                self.llm_turns = 0
+                actions += [self._say(self._ask_prompt(node), node), self._listen(node)]
+                self.waiting = "caller"
+            elif isinstance(node, LlmNode):
+                self.llm_turns = 0
+                self.llm_history = []
+                if node.prompt:
+                    actions.append(self._say(node.prompt, node))
+                actions.append(self._listen(node))
+                self.waiting = "caller"
+            elif isinstance(node, WebhookNode):
+                if node.say:
+                    actions.append(self._say(node.say, node))
+                actions.append(self._fetch(name, node))
+                self.waiting = "fetch"
+            elif isinstance(node, VoicemailNode):
+                actions += [self._say(node.prompt, node), Record(node.max_s, node.end_silence_s, node.beep)]
+                self.waiting = "record"
             elif isinstance(node, TransferNode):
                 if node.text:
-                    actions.append(Say(node.text, node.voice))
-                actions.append(Transfer(node.to))
-                self.finished = True
+                    actions.append(self._say(node.text, node))
+                actions.append(Transfer(node.to or self.flow.queues[node.queue]))
+                self.waiting = "transfer"
+                self.finished = node.on_failure is None
             elif isinstance(node, HangupNode):
                 if node.text:
-                    actions.append(Say(node.text, node.voice))
+                    actions.append(self._say(node.text, node))
                 actions.append(Hangup())
                 self.finished = True
             return actions
-        raise FlowError(f"flow {self.flow.name!r}: more than {MAX_CHAIN} say nodes in a row from {name!r}")
+        raise FlowError(f"flow {self.flow.name!r}: more than {MAX_CHAIN} nodes in a row without the caller "
+                        f"from {name!r}")
 
-    @staticmethod
-    def _listen(node: AskNode) -> Listen:
-        expect = tuple(sorted({w for i in node.intents.values() for e in i.examples for w in e.lower().split()}))
-        digits = _digits_intent(node)
-        kind = node.expect
+    # ------------------------------------------------------------ listening
+    def _ask_prompt(self, node: AskNode) -> str:
+        missing = self._missing_slots(node)
+        if missing and node.slots[missing[0]].prompt and (missing[0] != next(iter(node.slots)) or self.attempts):
+            return node.slots[missing[0]].prompt
+        return node.prompt
+
+    def _missing_slots(self, node: AskNode) -> list[str]:
+        return [s for s in node.slots if self.variables.get(s) in (None, "")]
+
+    def _listen(self, node) -> Listen:
+        examples = [e for i in getattr(node, "intents", getattr(node, "choices", {})).values() for e in i.examples]
+        expect = tuple(sorted({w for e in examples for w in e.lower().split()}))
+        target = self._digit_target(node)
+        kind = getattr(node, "expect", "speech")
         if kind == "auto":
-            examples = [e for i in node.intents.values() for e in i.examples]
-            if digits:
+            slot_types = {node.slots[s].type for s in self._missing_slots(node)[:1]}
+            if target:
                 kind = "digits"
-            elif examples and all(len(e.split()) <= 3 for e in examples) and \
+            elif "yes_no" in slot_types or examples and all(len(e.split()) <= 3 for e in examples) and \
                     {w for e in examples for w in words(e)} & {"yes", "no"}:
                 kind = "yes_no"
             else:
                 kind = "speech"
-        spec = node.intents[digits].digits if digits else None
         return Listen(node.end_silence_ms, node.timeout_s, expect, kind,
-                      spec.min_length if spec else 0, spec.max_length if spec else 0)
+                      target.min_length if target else 0, target.max_length if target else 0)
+
+    def _digit_target(self, node) -> _DigitTarget | None:
+        if not isinstance(node, AskNode):
+            return None
+        for name, intent in node.intents.items():
+            if intent.digits is not None:
+                return _DigitTarget("intent", name, intent.digits.min_length, intent.digits.max_length)
+        missing = self._missing_slots(node)
+        if missing and node.slots[missing[0]].type == "digits":
+            slot = node.slots[missing[0]]
+            return _DigitTarget("slot", missing[0], slot.min_length, slot.max_length, slot.checksum)
+        return None
+
+    def _listening(self):
+        node = self.node
+        if self.finished or self.waiting != "caller":
+            raise FlowError(f"not waiting for caller input (at node {self.node_name!r}, waiting for "
+                            f"{self.waiting or 'nothing'})")
+        return node
 
     def would_answer(self, text: str) -> bool:
-        """Would this utterance settle the current node (an intent or a digit string matches)?"""
-        node = self.node
-        if self.finished or not isinstance(node, AskNode):
+        """Would this utterance settle the current node (an intent, a slot or a digit string)?"""
+        if self.finished or self.waiting != "caller":
             return False
-        if self._digits_match(node, text):
+        node = self.node
+        if isinstance(node, LlmNode):
+            return False  # the model decides; end the turn on silence
+        if self._spoken_digits(node, text):
+            return True
+        if isinstance(node, AskNode) and any(self._slot_value(node.slots[s], text) is not None
+                                             for s in self._missing_slots(node)):
             return True
         return self._matchers[self.node_name].match(text).intent is not None
 
-    @staticmethod
-    def _digits_match(node: AskNode, text: str) -> tuple[str, str] | None:
-        name = _digits_intent(node)
-        if name is None:
+    def _spoken_digits(self, node, text: str) -> tuple[_DigitTarget, str] | None:
+        target = self._digit_target(node)
+        if target is None:
             return None
-        spec = node.intents[name].digits
         value = spoken_digits(text)
-        return (name, value) if spec.min_length <= len(value) <= spec.max_length else None
+        if not target.min_length <= len(value) <= target.max_length:
+            return None
+        if target.checksum == "luhn" and not luhn_ok(value):
+            return None
+        return target, value
 
-    def _ask(self) -> AskNode:
-        node = self.node
-        if self.finished or not isinstance(node, AskNode):
-            raise FlowError(f"not waiting for caller input (at node {self.node_name!r})")
-        return node
+    def _slot_value(self, slot: Slot, text: str):
+        return extract(slot.type, text, self.now.date(), **slot.spec())
 
+    # ------------------------------------------------------------ caller input
     def on_utterance(self, text: str, confidence: float = 1.0) -> list[Action]:
         """What the caller said, with the recognizer's confidence (0..1)."""
-        node = self._ask()
+        node = self._listening()
         if not text.strip():
             return self.on_no_input()
+        self.variables["last_utterance"] = text
         if confidence < node.min_confidence:
             self.last_decision = Decision(self.node_name, None, confidence, "low_confidence")
-            return self._retry(node, node.no_match)
-        if found := self._digits_match(node, text):
-            return self._captured(node, *found, via="speech")
-        m = self._matchers[self.node_name].match(text)
-        if m.intent is None:
-            self.last_decision = Decision(self.node_name, None, m.score, "no_match")
-            return self._retry(node, node.no_match)
-        self.last_decision = Decision(self.node_name, m.intent, m.score, "speech")
+            return self._retry(node, node.no_match, no_match=True)
+        if found := self._spoken_digits(node, text):
+            return self._captured(node, found[0], found[1], via="speech")
+        own = self._matchers[self.node_name].match(text)
+        if own.intent is None and (glob := self._global_match(text)) is not None:
+            return glob
+        if isinstance(node, LlmNode):
+            return self._think(node, text)
+        if node.slots:
+            filled = self._fill_slots(node, text)
+            if filled:
+                self.last_decision = Decision(self.node_name, None, 1.0, "slots",
+                                              detail={k: self.variables[k] for k in filled})
+                return self._after_slots(node)
+        if own.intent is None:
+            self.last_decision = Decision(self.node_name, None, own.score, "no_match")
+            return self._retry(node, node.no_match, no_match=True)
+        return self._chose(node, own, "speech")
+
+    def _chose(self, node: AskNode, m: IntentMatch, via: str) -> list[Action]:
+        self.last_decision = Decision(self.node_name, m.intent, m.score, via)
+        self.variables["last_intent"] = m.intent
         return self._enter(node.intents[m.intent].next)
 
-    def _captured(self, node: AskNode, intent: str, value: str, via: str) -> list[Action]:
-        self.captured[intent] = value
-        self.last_decision = Decision(self.node_name, intent, 1.0, via, value)
-        return self._enter(node.intents[intent].next)
+    def _global_match(self, text: str) -> list[Action] | None:
+        m = self._matchers[""].match(text)
+        if m.intent is None:
+            return None
+        return self._go_global(m.intent, m.score, "global")
+
+    def _go_global(self, intent: str, score: float, via: str) -> list[Action]:
+        self.last_decision = Decision(self.node_name, intent, score, via)
+        self.variables["last_intent"] = intent
+        return self._enter(self.flow.globals.intents[intent].next)
+
+    def _fill_slots(self, node: AskNode, text: str) -> list[str]:
+        filled = []
+        for name in self._missing_slots(node):
+            value = self._slot_value(node.slots[name], text)
+            if value is not None:
+                self.variables[name] = value
+                if node.slots[name].type == "digits":
+                    self.captured[name] = value
+                filled.append(name)
+        return filled
+
+    def _after_slots(self, node: AskNode) -> list[Action]:
+        if self._missing_slots(node):
+            self.attempts = 0
+            return [self._say(self._ask_prompt(node), node), self._listen(node)]
+        return self._enter(node.next)
+
+    def _captured(self, node, target: _DigitTarget, value: str, via: str) -> list[Action]:
+        self.captured[target.name] = value
+        self.variables[target.name] = value
+        self.last_decision = Decision(self.node_name, target.name if target.kind == "intent" else None, 1.0, via,
+                                      value)
+        if target.kind == "intent":
+            return self._enter(node.intents[target.name].next)
+        return self._after_slots(node)
 
     def on_dtmf(self, digit: str) -> list[Action]:
-        node = self._ask()
-        if (name := _digits_intent(node)) is not None:
-            return self._keyed_digit(node, name, digit)
-        for name, intent in node.intents.items():
+        node = self._listening()
+        if (target := self._digit_target(node)) is not None:
+            return self._keyed_digit(node, target, digit)
+        for name, intent in getattr(node, "intents", {}).items():
             if intent.keypad == digit:
-                self.last_decision = Decision(self.node_name, name, 1.0, "keypad")
-                return self._enter(intent.next)
+                return self._chose(node, IntentMatch(name, 1.0, 0.0), "keypad")
+        for name, intent in self.flow.globals.intents.items():
+            if intent.keypad == digit:
+                return self._go_global(name, 1.0, "global_keypad")
         self.last_decision = Decision(self.node_name, None, 0.0, "no_match")
-        return self._retry(node, node.no_match)
+        return self._retry(node, node.no_match, no_match=True)
 
-    def _keyed_digit(self, node: AskNode, intent: str, digit: str) -> list[Action]:
+    def _keyed_digit(self, node, target: _DigitTarget, digit: str) -> list[Action]:
         """Keys build the digit string: # ends it, * starts again, the maximum length ends it too."""
-        spec = node.intents[intent].digits
         if digit == KEYPAD_CLEAR:
             self.keyed = ""
             self.last_decision = Decision(self.node_name, None, 0.0, "keypad")
             return []
         if digit != KEYPAD_END:
             self.keyed += digit
-            if len(self.keyed) < spec.max_length:
+            if len(self.keyed) < target.max_length:
                 self.last_decision = Decision(self.node_name, None, 0.0, "keypad")
                 return []
         value, self.keyed = self.keyed, ""
-        if spec.min_length <= len(value) <= spec.max_length:
-            return self._captured(node, intent, value, via="keypad")
+        if target.min_length <= len(value) <= target.max_length and \
+                (target.checksum != "luhn" or luhn_ok(value)):
+            return self._captured(node, target, value, via="keypad")
         self.last_decision = Decision(self.node_name, None, 0.0, "no_match", value)
-        return self._retry(node, node.no_match)
+        return self._retry(node, node.no_match, no_match=True)
 
     @property
     def collecting_keys(self) -> bool:
         return bool(self.keyed)
 
     def on_no_input(self) -> list[Action]:
-        node = self._ask()
-        if self.keyed and (name := _digits_intent(node)) is not None:
-            return self._keyed_digit(node, name, KEYPAD_END)  # the caller stopped keying: take what is there
+        node = self._listening()
+        if self.keyed and (target := self._digit_target(node)) is not None:
+            return self._keyed_digit(node, target, KEYPAD_END)  # the caller stopped keying: take what is there
         self.last_decision = Decision(self.node_name, None, 0.0, "no_input")
-        return self._retry(node, node.no_input)
+        return self._retry(node, node.no_input, no_match=False)
 
-    def _retry(self, node: AskNode, apology: str) -> list[Action]:
+    def _retry(self, node, apology: str, no_match: bool) -> list[Action]:
         self.attempts += 1
+        self.variables["attempts"] = self.attempts
+        g = self.flow.globals
+        if no_match:
+            self.no_match_total += 1
+            if g.max_no_match and self.no_match_total >= g.max_no_match:
+                return self._enter(g.on_no_match)
+        else:
+            self.no_input_total += 1
+            if g.max_no_input and self.no_input_total >= g.max_no_input:
+                return self._enter(g.on_no_input)
         if self.attempts >= node.max_attempts:
             return self._enter(node.on_failure)
-        return [Say(f"{apology} {node.prompt}", node.voice), self._listen(node)]
+        if node.escalate:
+            text = node.escalate[min(self.attempts, len(node.escalate)) - 1]
+        else:
+            prompt = self._ask_prompt(node) if isinstance(node, AskNode) else ""
+            text = f"{apology} {prompt}".strip()
+        return [self._say(text, node), self._listen(node)]
+
+    # ------------------------------------------------------------ webhooks
+    def _fetch(self, name: str, node: WebhookNode) -> Fetch:
+        url = render(node.url, self.variables, encode=lambda v: quote(v, safe=""))
+        body = {k: self.render(v) if isinstance(v, str) else v for k, v in node.body.items()}
+        headers = {k: self.render(v) for k, v in node.headers.items()}
+        return Fetch(name, node.method, url, headers, body if node.method == "POST" else None, node.timeout_s)
+
+    def on_fetched(self, status: int | None, data: Any, error: str | None = None) -> list[Action]:
+        """The webhook's reply: HTTP status and parsed JSON, or an error (timeout, refused, not JSON)."""
+        node = self.node
+        if not isinstance(node, WebhookNode) or self.waiting != "fetch":
+            raise FlowError(f"no webhook is waiting (at node {self.node_name!r})")
+        self.variables["webhook_status"] = status
+        if error is None and (status is None or not 200 <= status < 300):
+            error = f"HTTP {status}"
+        if error is None and not isinstance(data, (dict, list)):
+            error = "reply is not a JSON object"
+        if error is not None:
+            self.last_decision = Decision(self.node_name, None, 0.0, "webhook_failed", detail={"error": error})
+            return self._enter(node.on_failure)
+        saved = {}
+        for var, path in node.save.items():
+            saved[var] = self.variables[var] = _dig(data, path)
+        self.last_decision = Decision(self.node_name, None, 1.0, "webhook", detail=saved)
+        return self._enter(node.next)
+
+    # ------------------------------------------------------------ LLM
+    def _think(self, node: LlmNode, text: str) -> list[Action]:
+        request = LlmRequest(
+            node=self.node_name, provider=node.provider, instructions=self.render(node.instructions),
+            knowledge=node.knowledge, choices={n: (c.description, tuple(c.examples)) for n, c in node.choices.items()},
+            slots=node.slots, tools=node.tools, history=tuple(self.llm_history), utterance=text,
+            time_budget_s=node.time_budget_s, fallback=node.fallback)
+        self.llm_history.append(("caller", text))
+        self.waiting = "llm"
+        self.last_decision = Decision(self.node_name, None, 0.0, "llm_request")
+        return [Think(request)]
+
+    def on_thought(self, reply: LlmReply | None, error: str | None = None) -> list[Action]:
+        """The model's reply (its text already spoken), or None when it failed or ran out of time."""
+        node = self.node
+        if not isinstance(node, LlmNode) or self.waiting != "llm":
+            raise FlowError(f"no model turn is waiting (at node {self.node_name!r})")
+        self.waiting = "caller"
+        if reply is None:
+            self.last_decision = Decision(self.node_name, None, 0.0, "llm_failed", detail={"error": error or ""})
+            return self._enter(node.on_failure, [self._say(node.fallback, node)])
+        rejected = []
+        if reply.tool is not None and reply.tool not in node.tools:
+            rejected.append(f"tool {reply.tool!r} is not allowed here")
+            reply.tool = None
+        if reply.choice is not None and reply.choice not in node.choices:
+            rejected.append(f"choice {reply.choice!r} is not one of {sorted(node.choices)}")
+            reply.choice = None
+        slots = {}
+        for name, raw in reply.slots.items():
+            slot = node.slots.get(name)
+            if slot is None:
+                rejected.append(f"slot {name!r} is not asked for here")
+                continue
+            value = self._slot_value(slot, str(raw))
+            if value is None:
+                rejected.append(f"slot {name!r}: {raw!r} is not a {slot.type}")
+                continue
+            slots[name] = self.variables[name] = value
+        detail = {"slots": slots, **({"rejected": rejected} if rejected else {})}
+        if reply.text:
+            self.llm_history.append(("agent", reply.text))
+            self.variables["llm_answer"] = reply.text
+        if reply.tool is not None:
+            tool = node.tools[reply.tool]
+            self.last_decision = Decision(self.node_name, reply.tool, 1.0, "llm_tool", detail=detail)
+            if tool.type == "transfer":
+                self.waiting = "transfer"
+                self.finished = True
+                return [Transfer(tool.to)]
+            self.finished = True
+            return [Hangup()]
+        if reply.choice is not None:
+            self.last_decision = Decision(self.node_name, reply.choice, 1.0, "llm", detail=detail)
+            self.variables["last_intent"] = reply.choice
+            return self._enter(node.choices[reply.choice].next)
+        self.llm_turns += 1
+        if not reply.text:
+            self.last_decision = Decision(self.node_name, None, 0.0, "llm_failed",
+                                          detail={"error": "empty reply", **detail})
+            return self._enter(node.on_failure, [self._say(node.fallback, node)])
+        self.last_decision = Decision(self.node_name, None, 1.0, "llm_answer", detail=detail)
+        if not node.choices:
+            return self._enter(node.next)
+        if self.llm_turns >= node.max_turns:
+            return self._enter(node.on_failure)
+        return [self._listen(node)]
+
+    # ------------------------------------------------------------ voicemail and transfer results
+    def on_recorded(self, path: str | None, seconds: float) -> list[Action]:
+        node = self.node
+        if not isinstance(node, VoicemailNode) or self.waiting != "record":
+            raise FlowError(f"no voicemail is being recorded (at node {self.node_name!r})")
+        self.variables["voicemail_path"] = path
+        self.variables["voicemail_s"] = round(seconds, 1)
+        self.last_decision = Decision(self.node_name, None, 1.0, "voicemail", detail={"seconds": round(seconds, 1)})
+        return self._enter(node.next)
+
+    def on_transfer_failed(self) -> list[Action]:
+        node = self.node
+        if not isinstance(node, TransferNode) or node.on_failure is None:
+            self.finished = True
+            return [Hangup()]
+        self.finished = False
+        self.last_decision = Decision(self.node_name, None, 0.0, "transfer_failed")
+        return self._enter(node.on_failure)
 
 
-def _digits_intent(node: AskNode) -> str | None:
-    return next((name for name, i in node.intents.items() if i.digits is not None), None)
+def _dig(data: Any, path: str) -> Any:
+    """`customer.name`, `items.0.id`: a value inside a JSON reply, or None."""
+    for part in path.split("."):
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and part.lstrip("-").isdigit() and -len(data) <= int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    if isinstance(data, (dict, list)):
+        return json.dumps(data)
+    return data

@@ -1,8 +1,11 @@
 """The flow language: a YAML script of nodes that says what the agent says and does.
 
-This is the beginning of the full language (see the flow-language issue): node kinds `say`, `ask`,
-`transfer` and `hangup`, intents given by example phrases and keypad digits, reprompts on no match
-and no input. Flows hold no code: they only name nodes, phrases, digits and SIP URIs.
+Node kinds: `say`, `ask` (intents by example phrases and keypad, typed slots), `menu`, `branch`, `set`,
+`webhook`, `llm`, `transfer`, `voicemail` and `hangup`; flow-wide `globals` (operator from anywhere,
+repeated no-match or silence → a node). Flows hold no code: conditions are the safe expressions of
+`dialog.expr`, prompts are templates that only substitute variables. `check_flow` finds what a
+well-shaped flow can still get wrong, each problem with the key path it sits at (the loader turns
+that into file:line:col).
 """
 
 from __future__ import annotations
@@ -11,18 +14,28 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from callcenter.dialog.expr import ExprError, parse_expr, template_names
+from callcenter.dialog.slots import SLOT_TYPES
 from callcenter.voice.ambience import AmbienceSettings
 from callcenter.voice.speaker import VoiceSettings, voice_problem
 from callcenter.yamlfile import UserFileError, load_model
 
 DTMF_DIGITS = "0123456789*#"
 NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SIP_URI = re.compile(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$")
+# Variables every call has. `hour`, `minute`, `weekday` (mon..sun) and `date` are the call's start time.
+BUILTIN_VARIABLES = ("caller", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
+                     "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
+                     "voicemail_path", "voicemail_s")
+SlotType = Literal["digits", "number", "yes_no", "date", "time", "currency", "text"]
+assert set(SlotType.__args__) == set(SLOT_TYPES)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 VoiceField = Field(None, description="Voice for this node's prompts: a name (ssm:joe, ssm:awb, ssm:slt, "
@@ -43,6 +56,18 @@ class _Speaks(_Strict):
         return _as_voice(v)
 
 
+def _keypad(v: str | None) -> str | None:
+    if v is not None and (len(v) != 1 or v not in DTMF_DIGITS):
+        raise ValueError(f"keypad must be one of {' '.join(DTMF_DIGITS)}, got {v!r}")
+    return v
+
+
+def _uri(v: str | None) -> str | None:
+    if v is not None and not SIP_URI.match(v):
+        raise ValueError(f"not a SIP URI: {v!r} (expected sip:user@host[:port])")
+    return v
+
+
 class DigitString(_Strict):
     min_length: int = Field(1, ge=1, le=32)
     max_length: int = Field(16, ge=1, le=32)
@@ -58,46 +83,202 @@ class Intent(_Strict):
     @field_validator("keypad")
     @classmethod
     def _one_digit(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) != 1 or v not in DTMF_DIGITS):
-            raise ValueError(f"keypad must be one of {' '.join(DTMF_DIGITS)}, got {v!r}")
-        return v
+        return _keypad(v)
 
 
-class SayNode(_Speaks):
-    type: Literal["say"]
-    text: str = Field(min_length=1)
-    next: str
+class Slot(_Strict):
+    """A typed value to collect from the caller. Its value lands in the variable of the slot's name."""
+    type: SlotType = Field(description="digits, number, yes_no, date, time, currency or text")
+    prompt: str | None = Field(None, description="Asked when this slot is still missing (defaults to the "
+                                                 "node's prompt).")
+    min_length: int = Field(1, ge=1, le=32, description="digits: fewest digits")
+    max_length: int = Field(16, ge=1, le=32, description="digits: most digits")
+    checksum: Literal["luhn"] | None = Field(None, description="digits: a check the digits must pass")
+    min: float | None = Field(None, description="number: smallest accepted")
+    max: float | None = Field(None, description="number: largest accepted")
+
+    def spec(self) -> dict:
+        return {"min_length": self.min_length, "max_length": self.max_length, "checksum": self.checksum,
+                "min": self.min, "max": self.max}
 
 
-class AskNode(_Speaks):
-    type: Literal["ask"]
-    prompt: str = Field(min_length=1)
-    intents: dict[str, Intent] = Field(min_length=1)
-    no_match: str = "Sorry, I didn't catch that."
-    no_input: str = "Sorry, I didn't hear anything."
-    max_attempts: int = Field(3, ge=1, le=10)
+class _Asks(_Speaks):
+    """Reprompt and turn-taking settings shared by the nodes that wait for the caller."""
+    no_match: str = Field("Sorry, I didn't catch that.", description="Said before the prompt is repeated.")
+    no_input: str = Field("Sorry, I didn't hear anything.", description="Said when the caller stays silent.")
+    max_attempts: int = Field(3, ge=1, le=10, description="No-match or no-input tries before on_failure.")
+    escalate: list[str] = Field(default_factory=list, description="Longer reprompts for the 2nd, 3rd, ... "
+                                                                 "attempt, said instead of no_match/no_input.")
     timeout_s: float = Field(8.0, gt=0, le=120, description="Silence after the prompt before a no-input reprompt.")
     end_silence_ms: int = Field(700, ge=200, le=5000, description="Caller silence that ends their turn here.")
     min_confidence: float = Field(0.3, ge=0, le=1, description="A recognition less sure than this (0..1) is "
                                                                  "not acted on: the caller hears the no-match reprompt.")
+    on_failure: str = Field(description="Node to go to after max_attempts of no match or no input.")
+
+
+class SayNode(_Speaks):
+    type: Literal["say"]
+    text: str = Field(min_length=1, description="What the agent says: a template ({var}, {var|digits}).")
+    pause_ms: int = Field(0, ge=0, le=10000, description="Silence after the text, before the next node.")
+    next: str
+
+
+class AskNode(_Asks):
+    type: Literal["ask"]
+    prompt: str = Field(min_length=1, description="The question (a template).")
+    intents: dict[str, Intent] = Field(default_factory=dict)
+    slots: dict[str, Slot] = Field(default_factory=dict, description="Typed values to collect; each is asked "
+                                                                     "for until filled, several per utterance.")
+    next: str | None = Field(None, description="With slots: the node after every slot is filled.")
     expect: Literal["auto", "speech", "yes_no", "digits"] = Field(
         "auto", description="What the caller answers here; shapes turn-taking (yes/no ends quickly, digit "
                             "strings allow pauses between groups). auto: digits if an intent takes digits, "
                             "yes_no if every example is a short yes/no phrase, else speech.")
-    on_failure: str = Field(description="Node to go to after max_attempts of no match or no input.")
+
+    @model_validator(mode="after")
+    def _intents_or_slots(self):
+        if not self.intents and not self.slots:
+            raise ValueError("an ask node needs intents or slots")
+        if self.slots and self.next is None:
+            raise ValueError("an ask node with slots needs next (where to go once they are filled)")
+        return self
+
+
+class MenuOption(_Strict):
+    key: str = Field(description="The keypad digit for this option.")
+    label: str = Field(description="How the option is read out: 'For {label}, press {key}.'")
+    examples: list[str] = Field(default_factory=list, description="Phrases besides the label that choose it.")
+    next: str
+
+    @field_validator("key")
+    @classmethod
+    def _digit(cls, v: str) -> str:
+        return _keypad(v)
+
+
+class MenuNode(_Asks):
+    type: Literal["menu"]
+    prompt: str | None = Field(None, description="Said before the options are read out.")
+    options: list[MenuOption] = Field(min_length=1)
+
+    def as_ask(self) -> AskNode:
+        """A menu is an ask whose prompt reads the options out and whose intents are the options."""
+        read_out = " ".join(f"For {o.label}, press {o.key}." for o in self.options)
+        prompt = f"{self.prompt} {read_out}" if self.prompt else read_out
+        fields = {k: getattr(self, k) for k in _Asks.model_fields}
+        intents = {f"option_{o.key}": Intent(examples=[o.label, *o.examples], keypad=o.key, next=o.next)
+                   for o in self.options}
+        return AskNode(type="ask", prompt=prompt, intents=intents, **fields)
+
+
+class Case(_Strict):
+    when: str = Field(alias="if", description="A condition: comparisons, and/or/not, in, variables.")
+    next: str
+
+
+class BranchNode(_Strict):
+    type: Literal["branch"]
+    cases: list[Case] = Field(min_length=1, description="Tried in order; the first true one is taken.")
+    otherwise: str = Field(alias="else", description="Node when no case is true.")
+
+
+class SetNode(_Strict):
+    type: Literal["set"]
+    values: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, description="Variables to set; strings are templates.")
+    compute: dict[str, str] = Field(default_factory=dict, description="Variables to set from expressions.")
+    next: str
+
+
+class WebhookNode(_Speaks):
+    type: Literal["webhook"]
+    url: str = Field(description="http(s) URL, a template: {var} is filled in (URL-encoded).")
+    method: Literal["GET", "POST"] = "GET"
+    headers: dict[str, str] = Field(default_factory=dict, description="Header templates; secrets come from "
+                                                                      "variables listed in the flow's env.")
+    body: dict[str, str | int | float | bool | None] = Field(default_factory=dict,
+                                                             description="JSON body for POST; strings are templates.")
+    timeout_s: float = Field(3.0, gt=0, le=30)
+    say: str | None = Field(None, description="Said while waiting (\"One moment while I look that up.\").")
+    save: dict[str, str] = Field(default_factory=dict, description="variable: dotted path into the JSON reply "
+                                                                   "(customer.name, items.0.id).")
+    next: str
+    on_failure: str = Field(description="Node when the request fails, times out or returns no JSON.")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^(https?://|\{)", v):
+            raise ValueError(f"url must start with http:// or https:// (or a variable), got {v!r}")
+        return v
+
+
+class LlmChoice(_Strict):
+    description: str = Field(description="What this choice means, for the model and for clarifying questions.")
+    examples: list[str] = Field(default_factory=list)
+    next: str
+
+
+class LlmTool(_Strict):
+    type: Literal["transfer", "end_call"]
+    description: str = ""
+    to: str | None = Field(None, description="transfer: the only destination this tool reaches.")
+
+    @field_validator("to")
+    @classmethod
+    def _sip_uri(cls, v: str | None) -> str | None:
+        return _uri(v)
+
+    @model_validator(mode="after")
+    def _needs_to(self):
+        if self.type == "transfer" and not self.to:
+            raise ValueError("a transfer tool needs to (a SIP URI)")
+        return self
+
+
+class LlmNode(_Asks):
+    type: Literal["llm"]
+    provider: str = Field("default", description="A provider named under the flow's llm (default: offline).")
+    prompt: str | None = Field(None, description="Said when the node starts (a template).")
+    instructions: str = Field("You are a helpful contact-center agent. Keep answers to one or two short "
+                              "sentences.", description="System instructions for the model.")
+    knowledge: str | None = Field(None, description="Facts the agent may answer from.")
+    choices: dict[str, LlmChoice] = Field(default_factory=dict, description="Where the conversation may go.")
+    slots: dict[str, Slot] = Field(default_factory=dict, description="Values to extract into variables.")
+    tools: dict[str, LlmTool] = Field(default_factory=dict, description="The only actions the model may take.")
+    max_turns: int = Field(3, ge=1, le=20, description="Caller turns before on_failure.")
+    time_budget_s: float = Field(4.0, gt=0, le=60, description="After this the caller hears the fallback.")
+    fallback: str = Field("Sorry, I'm having trouble with that. Let me get you some help.",
+                          description="Said when the model fails or runs out of time.")
+    next: str | None = Field(None, description="Node after an answer when there are no choices.")
 
 
 class TransferNode(_Speaks):
     type: Literal["transfer"]
-    text: str | None = None
-    to: str = Field(description="SIP URI to transfer the caller to (blind transfer with REFER).")
+    text: str | None = Field(None, description="Announced to the caller before the transfer (a template).")
+    to: str | None = Field(None, description="SIP URI to transfer the caller to (blind transfer with REFER).")
+    queue: str | None = Field(None, description="A queue named in the flow's queues, instead of to.")
+    on_failure: str | None = Field(None, description="Node when the transfer is refused (default: hang up).")
 
     @field_validator("to")
     @classmethod
-    def _sip_uri(cls, v: str) -> str:
-        if not re.match(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$", v):
-            raise ValueError(f"not a SIP URI: {v!r} (expected sip:user@host[:port])")
-        return v
+    def _sip_uri(cls, v: str | None) -> str | None:
+        return _uri(v)
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        if (self.to is None) == (self.queue is None):
+            raise ValueError("a transfer needs exactly one of to or queue")
+        return self
+
+
+class VoicemailNode(_Speaks):
+    type: Literal["voicemail"]
+    prompt: str = Field("Please leave a message after the tone. Press pound when you are done.")
+    max_s: float = Field(60, ge=3, le=600, description="Longest message.")
+    end_silence_s: float = Field(4.0, ge=1, le=30, description="Silence that ends the message.")
+    beep: bool = True
+    next: str
 
 
 class HangupNode(_Speaks):
@@ -105,7 +286,41 @@ class HangupNode(_Speaks):
     text: str | None = None
 
 
-Node = Annotated[Union[SayNode, AskNode, TransferNode, HangupNode], Field(discriminator="type")]
+Node = Annotated[Union[SayNode, AskNode, MenuNode, BranchNode, SetNode, WebhookNode, LlmNode, TransferNode,
+                       VoicemailNode, HangupNode], Field(discriminator="type")]
+WAITS_FOR_CALLER = (AskNode, MenuNode, LlmNode, VoicemailNode)
+ENDS_CALL = (TransferNode, HangupNode)
+
+
+class GlobalIntent(_Strict):
+    examples: list[str] = Field(default_factory=list)
+    keypad: str | None = None
+    next: str
+
+    @field_validator("keypad")
+    @classmethod
+    def _digit(cls, v: str | None) -> str | None:
+        return _keypad(v)
+
+
+class Globals(_Strict):
+    intents: dict[str, GlobalIntent] = Field(default_factory=dict, description="Heard at every node that waits "
+                                                                                "for the caller (operator, 0).")
+    max_no_match: int | None = Field(None, ge=1, description="No-matches in the whole call before on_no_match.")
+    on_no_match: str | None = None
+    max_no_input: int | None = Field(None, ge=1, description="Silent turns in the whole call before on_no_input.")
+    on_no_input: str | None = None
+
+
+class LlmProviderConfig(_Strict):
+    kind: Literal["local", "openai", "anthropic"] = Field(
+        "local", description="local: offline (sentence embeddings and rules, no key, no network); openai: any "
+                             "OpenAI-compatible chat completions server (vLLM, Ollama, llama.cpp, OpenAI); "
+                             "anthropic: the Messages API.")
+    model: str | None = None
+    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:11434/v1 for Ollama")
+    api_key_env: str | None = Field(None, description="Environment variable holding the key (never logged).")
+    max_tokens: int = Field(200, ge=1, le=4096)
 
 
 class Flow(_Strict):
@@ -117,6 +332,14 @@ class Flow(_Strict):
     ambience: AmbienceSettings = Field(default_factory=AmbienceSettings,
                                        description="Phone-line ambience: a preset (clean, office, callcenter, "
                                                    "mobile) or {preset, enabled, hiss_db, bed_db, ...}.")
+    variables: dict[str, str | int | float | bool | None] = Field(default_factory=dict,
+                                                                  description="Variables and their starting values.")
+    env: list[str] = Field(default_factory=list, description="Environment variables readable as variables "
+                                                             "(API tokens for webhooks); never logged.")
+    queues: dict[str, str] = Field(default_factory=dict, description="Named transfer destinations: SIP URIs.")
+    llm: dict[str, LlmProviderConfig] = Field(default_factory=lambda: {"default": LlmProviderConfig()},
+                                              description="LLM providers by name; llm nodes pick one.")
+    globals: Globals = Field(default_factory=Globals)
     start: str
     nodes: dict[str, Node] = Field(min_length=1)
 
@@ -138,16 +361,121 @@ class Flow(_Strict):
                 raise ValueError(f"node name {name!r} must be letters, digits, _ or - and start with a letter")
         return v
 
+    @field_validator("queues")
+    @classmethod
+    def _queues(cls, v: dict) -> dict:
+        for uri in v.values():
+            _uri(uri)
+        return v
 
-def _targets(node) -> list[tuple[tuple, str]]:
+    @field_validator("llm")
+    @classmethod
+    def _default_provider(cls, v: dict) -> dict:
+        return {"default": LlmProviderConfig(), **v}
+
+
+# ------------------------------------------------------------------ checking
+def targets(node) -> list[tuple[tuple, str]]:
     """(key path inside the node, target node name) for every reference a node makes."""
-    if isinstance(node, SayNode):
-        return [(("next",), node.next)]
+    refs: list[tuple[tuple, str]] = []
+    for key in ("next", "on_failure"):
+        target = getattr(node, key, None)
+        if isinstance(target, str):
+            refs.append(((key,), target))
     if isinstance(node, AskNode):
-        refs = [(("on_failure",), node.on_failure)]
         refs += [(("intents", name, "next"), i.next) for name, i in node.intents.items()]
-        return refs
+    elif isinstance(node, MenuNode):
+        refs += [(("options", i, "next"), o.next) for i, o in enumerate(node.options)]
+    elif isinstance(node, BranchNode):
+        refs += [(("cases", i, "next"), c.next) for i, c in enumerate(node.cases)] + [(("else",), node.otherwise)]
+    elif isinstance(node, LlmNode):
+        refs += [(("choices", name, "next"), c.next) for name, c in node.choices.items()]
+    return refs
+
+
+def defined_variables(flow: Flow) -> set[str]:
+    """Every variable a flow can have: builtins, declared, env, slots, captures, saves and sets."""
+    names = set(BUILTIN_VARIABLES) | set(flow.variables) | set(flow.env)
+    for node in flow.nodes.values():
+        if isinstance(node, (AskNode, LlmNode)):
+            names |= set(node.slots)
+        if isinstance(node, AskNode):
+            names |= {i for i, intent in node.intents.items() if intent.digits}
+        elif isinstance(node, SetNode):
+            names |= set(node.values) | set(node.compute)
+        elif isinstance(node, WebhookNode):
+            names |= set(node.save)
+    return names
+
+
+def _templates(node) -> list[tuple[tuple, str]]:
+    out: list[tuple[tuple, str]] = []
+    for key in ("text", "prompt", "no_match", "no_input", "url", "say", "fallback"):
+        value = getattr(node, key, None)
+        if isinstance(value, str):
+            out.append(((key,), value))
+    for i, text in enumerate(getattr(node, "escalate", []) or []):
+        out.append((("escalate", i), text))
+    if isinstance(node, AskNode):
+        out += [(("slots", n, "prompt"), s.prompt) for n, s in node.slots.items() if s.prompt]
+    if isinstance(node, WebhookNode):
+        out += [(("headers", k), v) for k, v in node.headers.items()]
+        out += [(("body", k), v) for k, v in node.body.items() if isinstance(v, str)]
+    if isinstance(node, SetNode):
+        out += [(("values", k), v) for k, v in node.values.items() if isinstance(v, str)]
+    return out
+
+
+def _expressions(node) -> list[tuple[tuple, str]]:
+    if isinstance(node, BranchNode):
+        return [(("cases", i, "if"), c.when) for i, c in enumerate(node.cases)]
+    if isinstance(node, SetNode):
+        return [(("compute", k), v) for k, v in node.compute.items()]
     return []
+
+
+def _check_phrases(prefix: tuple, intents: dict, problems: list) -> None:
+    seen_digit: dict[str, str] = {}
+    seen_phrase: dict[str, str] = {}
+    for iname, intent in intents.items():
+        keypad = getattr(intent, "keypad", None)
+        if keypad is not None:
+            if keypad in seen_digit:
+                problems.append((prefix + (iname, "keypad"), f"keypad {keypad} already selects {seen_digit[keypad]!r}"))
+            seen_digit[keypad] = iname
+        for i, phrase in enumerate(intent.examples):
+            key = " ".join(phrase.lower().split())
+            if key in seen_phrase and seen_phrase[key] != iname:
+                problems.append((prefix + (iname, "examples", i),
+                                 f"phrase {phrase!r} is also an example of {seen_phrase[key]!r}"))
+            seen_phrase.setdefault(key, iname)
+
+
+def _check_ask(name: str, node: AskNode, problems: list) -> None:
+    digit_intents = [i for i, x in node.intents.items() if x.digits]
+    if len(digit_intents) > 1:
+        problems.append((("nodes", name, "intents", digit_intents[1], "digits"),
+                         f"only one intent per node may take digits ({digit_intents[0]!r} does)"))
+    if digit_intents and any(x.keypad for x in node.intents.values()):
+        problems.append((("nodes", name, "intents"),
+                         "keypad options and a digits intent in one node: keys go to the digit string"))
+    for iname, intent in node.intents.items():
+        if not intent.examples and intent.keypad is None and intent.digits is None:
+            problems.append((("nodes", name, "intents", iname), "intent has no examples, keypad or digits"))
+        if intent.digits and intent.digits.min_length > intent.digits.max_length:
+            problems.append((("nodes", name, "intents", iname, "digits"), "min_length is greater than max_length"))
+        if intent.digits and intent.keypad is not None:
+            problems.append((("nodes", name, "intents", iname, "keypad"),
+                             "a digits intent collects keypad digits itself; drop keypad"))
+    for sname, slot in node.slots.items():
+        if not VAR_NAME.match(sname):
+            problems.append((("nodes", name, "slots", sname), f"slot name {sname!r} must be a variable name"))
+        if slot.min_length > slot.max_length:
+            problems.append((("nodes", name, "slots", sname), "min_length is greater than max_length"))
+    if node.slots and node.intents and sum(s.type == "digits" for s in node.slots.values()) and \
+            any(i.keypad for i in node.intents.values()):
+        problems.append((("nodes", name, "slots"), "keypad options and a digits slot in one node"))
+    _check_phrases(("nodes", name, "intents"), node.intents, problems)
 
 
 def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
@@ -156,58 +484,105 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
     problem = voice_problem(flow.voice.name)
     if problem:
         problems.append((("voice",), problem))
-    for name, node in flow.nodes.items():
-        if node.voice is not None and (problem := voice_problem(node.voice.name)):
-            problems.append((("nodes", name, "voice"), problem))
     if flow.start not in flow.nodes:
         problems.append((("start",), f"start node {flow.start!r} is not defined"))
+    known = defined_variables(flow)
     for name, node in flow.nodes.items():
-        for sub, target in _targets(node):
+        if getattr(node, "voice", None) is not None and (problem := voice_problem(node.voice.name)):
+            problems.append((("nodes", name, "voice"), problem))
+        for sub, target in targets(node):
             if target not in flow.nodes:
                 problems.append((("nodes", name) + sub, f"unknown node {target!r}"))
+        for sub, text in _templates(node):
+            try:
+                for ph in template_names(text):
+                    if ph.name not in known:
+                        problems.append((("nodes", name) + sub, f"unknown variable {ph.name!r} in template"))
+            except ExprError as exc:
+                problems.append((("nodes", name) + sub, str(exc)))
+        for sub, source in _expressions(node):
+            try:
+                for var in sorted(parse_expr(source).names - known):
+                    problems.append((("nodes", name) + sub, f"unknown variable {var!r} in condition {source!r}"))
+            except ExprError as exc:
+                problems.append((("nodes", name) + sub, str(exc)))
         if isinstance(node, AskNode):
-            digit_intents = [i for i, x in node.intents.items() if x.digits]
-            if len(digit_intents) > 1:
-                problems.append((("nodes", name, "intents", digit_intents[1], "digits"),
-                                 f"only one intent per node may take digits ({digit_intents[0]!r} does)"))
-            if digit_intents and any(x.keypad for x in node.intents.values()):
-                problems.append((("nodes", name, "intents"),
-                                 "keypad options and a digits intent in one node: keys go to the digit string"))
-            seen_digit: dict[str, str] = {}
-            seen_phrase: dict[str, str] = {}
-            for iname, intent in node.intents.items():
-                if not intent.examples and intent.keypad is None and intent.digits is None:
-                    problems.append((("nodes", name, "intents", iname),
-                                     "intent has no examples, keypad or digits"))
-                if intent.digits and intent.digits.min_length > intent.digits.max_length:
-                    problems.append((("nodes", name, "intents", iname, "digits"),
-                                     "min_length is greater than max_length"))
-                if intent.digits and intent.keypad is not None:
-                    problems.append((("nodes", name, "intents", iname, "keypad"),
-                                     "a digits intent collects keypad digits itself; drop keypad"))
-                if intent.keypad is not None:
-                    if intent.keypad in seen_digit:
-                        problems.append(((("nodes", name, "intents", iname, "keypad")),
-                                         f"keypad {intent.keypad} already selects {seen_digit[intent.keypad]!r}"))
-                    seen_digit[intent.keypad] = iname
-                for i, phrase in enumerate(intent.examples):
-                    key = " ".join(phrase.lower().split())
-                    if key in seen_phrase and seen_phrase[key] != iname:
-                        problems.append((("nodes", name, "intents", iname, "examples", i),
-                                         f"phrase {phrase!r} is also an example of {seen_phrase[key]!r}"))
-                    seen_phrase.setdefault(key, iname)
-    # reachability from start
-    if flow.start in flow.nodes:
-        seen, todo = set(), [flow.start]
-        while todo:
-            n = todo.pop()
-            if n in seen or n not in flow.nodes:
-                continue
-            seen.add(n)
-            todo.extend(t for _, t in _targets(flow.nodes[n]))
-        for name in flow.nodes:
-            if name not in seen:
-                problems.append((("nodes", name), f"node {name!r} is unreachable from start {flow.start!r}"))
+            _check_ask(name, node, problems)
+        elif isinstance(node, MenuNode):
+            keys = [o.key for o in node.options]
+            for i, key in enumerate(keys):
+                if key in keys[:i]:
+                    problems.append((("nodes", name, "options", i, "key"), f"key {key} is used twice"))
+        elif isinstance(node, LlmNode):
+            if node.provider not in flow.llm:
+                problems.append((("nodes", name, "provider"),
+                                 f"unknown provider {node.provider!r} (the flow's llm defines "
+                                 f"{', '.join(sorted(flow.llm))})"))
+            if not node.choices and not node.next:
+                problems.append((("nodes", name), "an llm node needs choices or next"))
+            _check_phrases(("nodes", name, "choices"), node.choices, problems)
+        elif isinstance(node, TransferNode) and node.queue is not None and node.queue not in flow.queues:
+            problems.append((("nodes", name, "queue"), f"unknown queue {node.queue!r}"))
+        if isinstance(node, (AskNode, MenuNode, LlmNode)):
+            for gname, g in flow.globals.intents.items():
+                local = [i.keypad for i in getattr(node, "intents", {}).values()] + \
+                        [o.key for o in getattr(node, "options", [])]
+                if g.keypad and g.keypad in local:
+                    problems.append((("nodes", name), f"keypad {g.keypad} is taken by the global intent "
+                                                      f"{gname!r} everywhere"))
+    g = flow.globals
+    for gname, intent in g.intents.items():
+        if intent.next not in flow.nodes:
+            problems.append((("globals", "intents", gname, "next"), f"unknown node {intent.next!r}"))
+        if not intent.examples and not intent.keypad:
+            problems.append((("globals", "intents", gname), "global intent has no examples or keypad"))
+    for count, target in (("max_no_match", "on_no_match"), ("max_no_input", "on_no_input")):
+        node_name = getattr(g, target)
+        if (getattr(g, count) is None) != (node_name is None):
+            problems.append((("globals",), f"{count} and {target} go together"))
+        if node_name is not None and node_name not in flow.nodes:
+            problems.append((("globals", target), f"unknown node {node_name!r}"))
+    problems += _reachability(flow) + _silent_cycles(flow)
+    return problems
+
+
+def _reachability(flow: Flow) -> list[tuple[tuple, str]]:
+    if flow.start not in flow.nodes:
+        return []
+    g = flow.globals
+    seen: set[str] = set()
+    todo = [flow.start] + [i.next for i in g.intents.values()] + [n for n in (g.on_no_match, g.on_no_input) if n]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in flow.nodes:
+            continue
+        seen.add(n)
+        todo.extend(t for _, t in targets(flow.nodes[n]))
+    return [(("nodes", name), f"node {name!r} is unreachable from start {flow.start!r}")
+            for name in flow.nodes if name not in seen]
+
+
+def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
+    """A loop of nodes none of which waits for the caller would spin forever."""
+    silent = {n for n, node in flow.nodes.items() if not isinstance(node, WAITS_FOR_CALLER + ENDS_CALL)}
+    edges = {n: [t for _, t in targets(flow.nodes[n]) if t in silent] for n in silent}
+    problems, state = [], {}
+
+    def visit(n: str, stack: list[str]) -> None:
+        state[n] = 1
+        stack.append(n)
+        for t in edges[n]:
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t):] + [t]
+                problems.append((("nodes", t), "a cycle without any caller input: " + " -> ".join(cycle)))
+            elif t not in state:
+                visit(t, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(silent):
+        if n not in state:
+            visit(n, [])
     return problems
 
 
@@ -218,3 +593,11 @@ def load_flow(path: str | Path) -> Flow:
     if problems:
         raise UserFileError([f"{doc.where(loc)}: {msg}" for loc, msg in problems])
     return flow
+
+
+def flow_schema() -> dict:
+    """JSON Schema of flow files, for editors (yaml-language-server) to complete and validate."""
+    schema = Flow.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "callcenter flow"
+    return schema

@@ -68,3 +68,37 @@ class IntentMatcher:
         if top < self.threshold or top - second < 0.1:
             return IntentMatch(None, top, second)
         return IntentMatch(top_name, top, second)
+
+
+# (cosine to the nearest example of the winning intent, lead over every other intent's best example):
+# either very close, or fairly close and far ahead of the rest
+EMBED_RULES = ((0.55, 0.04), (0.40, 0.15))
+
+
+class SemanticMatcher:
+    """Words first, meaning second: the word-overlap matcher decides when it is sure; otherwise the
+    caller's sentence is compared with every example phrase as sentence embeddings (all-MiniLM-L6-v2)
+    and the nearest example wins if it is close enough and clearly nearer than the other intents."""
+
+    def __init__(self, examples: dict[str, list[str]], encoder=None, rules=EMBED_RULES):
+        self.words = IntentMatcher(examples)
+        self.rules = rules
+        self.encoder = encoder
+        self._labels = [name for name, phrases in examples.items() for p in phrases if p.strip()]
+        phrases = [p for ps in examples.values() for p in ps if p.strip()]
+        self._vectors = encoder.encode(phrases) if encoder is not None and phrases else None
+
+    def match(self, text: str) -> IntentMatch:
+        by_words = self.words.match(text)
+        if by_words.intent is not None or self._vectors is None or not text.strip():
+            return by_words
+        sims = self._vectors @ self.encoder.encode([text])[0]
+        best: dict[str, float] = {}
+        for label, sim in zip(self._labels, sims):
+            best[label] = max(best.get(label, -1.0), float(sim))
+        ranked = sorted(best.items(), key=lambda kv: kv[1], reverse=True)
+        top_name, top = ranked[0]
+        second = ranked[1][1] if len(ranked) > 1 else 0.0
+        if any(top >= near and top - second >= lead for near, lead in self.rules):
+            return IntentMatch(top_name, top, second)
+        return IntentMatch(None, max(top, by_words.score), second)

@@ -1,0 +1,189 @@
+"""The flow language's two pieces of logic, neither of which can run code.
+
+- **Conditions** (`branch` cases, `set` values): comparisons, `and`/`or`/`not`, `in`/`not in`, numbers,
+  strings, lists of them and variable names, e.g. `hour >= 18 or weekday in ['sat', 'sun']`. They are
+  parsed with Python's own grammar and then walked by a tiny interpreter that knows only those node
+  kinds: no calls, no attributes, no subscripts, no imports — nothing that could reach Python.
+- **Templates** (prompts, webhook URLs and bodies): `{name}` puts a variable in, `{name|digits}` reads a
+  number out digit by digit ("4 7 2 1"), `{{` and `}}` are literal braces. Nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+TRUE_WORDS = {"true": True, "false": False, "none": None, "null": None}
+FILTERS = ("digits", "upper", "lower")
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_COMPARE = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+class ExprError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A checked condition or value expression."""
+
+    source: str
+    tree: ast.Expression
+    names: frozenset[str]
+
+    def eval(self, variables: dict[str, Any]) -> Any:
+        return _eval(self.tree.body, variables)
+
+    def truth(self, variables: dict[str, Any]) -> bool:
+        try:
+            return bool(self.eval(variables))
+        except TypeError:  # comparing a missing (None) value with a number: not true
+            return False
+
+
+def parse_expr(source: str) -> Expr:
+    """Parse and check an expression; ExprError names what is not allowed."""
+    text = str(source).strip()
+    if not text:
+        raise ExprError("empty expression")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {text!r}: {exc.msg}") from None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
+                             ast.Compare, ast.Load, ast.List, ast.Tuple, ast.BinOp)) or type(node) in _COMPARE \
+                or type(node) in _ARITH:
+            continue
+        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (str, int, float, bool))):
+            continue
+        if isinstance(node, ast.Name):
+            if node.id.lower() not in TRUE_WORDS:
+                names.add(node.id)
+            continue
+        what = type(node).__name__.lower()
+        raise ExprError(f"{text!r}: {what} is not allowed (only comparisons, and/or/not, in, + - *, "
+                        f"numbers, strings, lists and variable names)")
+    return Expr(text, tree, frozenset(names))
+
+
+def _eval(node: ast.AST, v: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id.lower() in TRUE_WORDS and node.id not in v:
+            return TRUE_WORDS[node.id.lower()]
+        return v.get(node.id)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, v) for e in node.elts]
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            result: Any = True
+            for e in node.values:
+                result = _eval(e, v)
+                if not result:
+                    return result
+            return result
+        result = False
+        for e in node.values:
+            result = _eval(e, v)
+            if result:
+                return result
+        return result
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, v)
+        return (not value) if isinstance(node.op, ast.Not) else -value
+    if isinstance(node, ast.BinOp):
+        return _ARITH[type(node.op)](_eval(node.left, v), _eval(node.right, v))
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, v)
+        for op, comp in zip(node.ops, node.comparators):
+            right = _eval(comp, v)
+            if isinstance(op, (ast.In, ast.NotIn)) and right is None:
+                right = []
+            if not _COMPARE[type(op)](_coerce(left, right), _coerce(right, left)):
+                return False
+            left = right
+        return True
+    raise ExprError(f"cannot evaluate {type(node).__name__}")  # parse_expr lets nothing else through
+
+
+def _coerce(a: Any, b: Any) -> Any:
+    """Slot values arrive as text ("42"); compare them with numbers as numbers."""
+    if isinstance(a, str) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        try:
+            return float(a)
+        except ValueError:
+            return a
+    return a
+
+
+# ------------------------------------------------------------------ templates
+@dataclass(frozen=True)
+class Placeholder:
+    name: str
+    filter: str | None
+
+
+def template_names(text: str) -> list[Placeholder]:
+    """The placeholders of a template; ExprError for a malformed one."""
+    out = []
+    for m in _PLACEHOLDER.finditer(text):
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            continue
+        if m.group(1) is None:
+            raise ExprError(f"unbalanced {token!r} in {text!r} (write {token * 2} for a literal brace)")
+        name, _, filt = m.group(1).strip().partition("|")
+        name, filt = name.strip(), filt.strip() or None
+        if not _NAME.match(name):
+            raise ExprError(f"{{{m.group(1)}}}: a placeholder is a variable name, optionally |digits")
+        if filt is not None and filt not in FILTERS:
+            raise ExprError(f"{{{m.group(1)}}}: unknown filter {filt!r} (known: {', '.join(FILTERS)})")
+        out.append(Placeholder(name, filt))
+    return out
+
+
+def render(text: str, variables: dict[str, Any], encode=None) -> str:
+    """Fill a template. A variable with no value reads as nothing. `encode` (URL quoting) applies to
+    every value except one the template starts with (a base URL kept in a variable)."""
+
+    def sub(m: re.Match) -> str:
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        if m.group(1) is None:
+            return token
+        name, _, filt = m.group(1).strip().partition("|")
+        value = variables.get(name.strip())
+        text = "" if value is None else _spoken(value)
+        filt = filt.strip()
+        if filt == "digits":
+            text = " ".join(ch for ch in text if ch.isalnum())
+        elif filt == "upper":
+            text = text.upper()
+        elif filt == "lower":
+            text = text.lower()
+        return encode(text) if encode and m.start() > 0 else text
+
+    filled = _PLACEHOLDER.sub(sub, text)
+    return filled.strip() if encode else " ".join(filled.split())
+
+
+def _spoken(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

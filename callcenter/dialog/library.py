@@ -1,0 +1,74 @@
+"""Hot reload: the flow file a server answers with, re-read when it changes.
+
+New calls get the newest valid version; calls in progress keep the `Flow` object they started with,
+so they finish on that version. An edit that does not pass the checker is rejected: the errors are
+logged (and kept in `errors` for the supervisor) and the running version stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import structlog
+
+from callcenter.dialog.flow import Flow, load_flow
+from callcenter.yamlfile import UserFileError
+
+log = structlog.get_logger()
+
+POLL_S = 1.0
+
+
+class FlowLibrary:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._stamp = self._stat()
+        self.digest = self._digest()
+        self.current: Flow = load_flow(self.path)  # the first version must be valid: serve refuses to start
+        self.errors: list[str] = []
+        self.reloads = 0
+
+    def _stat(self) -> tuple[float, int] | None:
+        try:
+            st = self.path.stat()
+            return st.st_mtime_ns, st.st_size
+        except OSError:
+            return None
+
+    def _digest(self) -> str:
+        try:
+            return hashlib.sha256(self.path.read_bytes()).hexdigest()[:12]
+        except OSError:
+            return ""
+
+    def poll(self) -> bool:
+        """Check the file; True when a new version was taken."""
+        stamp = self._stat()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        digest = self._digest()
+        if not digest or digest == self.digest:
+            return False
+        try:
+            flow = load_flow(self.path)
+        except UserFileError as exc:
+            if exc.problems != self.errors:
+                log.error("flow_rejected", path=str(self.path), problems=exc.problems,
+                          running_version=self.current.version, running_digest=self.digest)
+            self.errors = exc.problems
+            return False
+        self.current, self.digest, self.errors = flow, digest, []
+        self.reloads += 1
+        log.info("flow_reloaded", path=str(self.path), flow=flow.name, version=flow.version, digest=digest)
+        return True
+
+    async def watch(self, interval: float = POLL_S) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.poll()
+            except Exception:  # a watcher that dies would freeze the flow silently
+                log.exception("flow_watch_failed", path=str(self.path))

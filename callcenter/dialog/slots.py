@@ -1,0 +1,295 @@
+"""Slot values from what a caller said: digit strings, numbers, yes/no, dates, times, amounts of money
+and free text. Rules, not models: the same words always give the same value, and a value that is
+not there gives None (the flow then reprompts) rather than a guess."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from callcenter.dialog.digits import digit_runs, spoken_digits
+from callcenter.dialog.nlu import words
+
+SLOT_TYPES = ("digits", "number", "yes_no", "date", "time", "currency", "text")
+
+YES = {"yes", "yeah", "yep", "yup", "correct", "right", "sure", "absolutely", "affirmative", "ok", "okay",
+       "true", "definitely", "indeed", "exactly", "certainly"}
+NO = {"no", "nope", "nah", "wrong", "incorrect", "negative", "not", "false", "isn't", "isnt"}
+
+_SMALL = {"zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+          "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
+          "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20,
+          "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+          "a": 1, "an": 1}
+_SCALE = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_ORDINAL = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+            "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13,
+            "fourteenth": 14, "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18,
+            "nineteenth": 19, "twentieth": 20, "thirtieth": 30}
+MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december"]
+WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+WEEKDAY_KEYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+_TOKEN = re.compile(r"\d+(?:[.:/]\d+)*(?:st|nd|rd|th)?|[a-z]+(?:'[a-z]+)?|\$|&")
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower().replace("-", " ").replace(",", " "))
+
+
+# ------------------------------------------------------------------ numbers
+def _ordinal_word(tok: str) -> int | None:
+    if tok in _ORDINAL:
+        return _ORDINAL[tok]
+    for tens, value in (("twenty", 20), ("thirty", 30)):
+        if tok.startswith(tens) and tok[len(tens):] in _ORDINAL:
+            return value + _ORDINAL[tok[len(tens):]]
+    m = re.fullmatch(r"(\d+)(st|nd|rd|th)", tok)
+    return int(m.group(1)) if m else None
+
+
+def numbers_in(text: str) -> list[tuple[float, int, int]]:
+    """Every number in the text as (value, first token, token after), spoken or written:
+    "twenty five", "one hundred and five", "3.5", "two point five"."""
+    toks = _tokens(text)
+    out: list[tuple[float, int, int]] = []
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if re.fullmatch(r"\d+(\.\d+)?", tok):
+            out.append((float(tok), i, i + 1))
+            i += 1
+            continue
+        if tok in _SMALL and tok not in ("a", "an", "oh") or (tok in ("a", "an") and i + 1 < len(toks)
+                                                               and toks[i + 1] in _SCALE):
+            start, total, current = i, 0, 0
+            while i < len(toks):
+                t = toks[i]
+                if t in _SMALL and not (t in ("a", "an") and current):
+                    if current and _SMALL[t] >= 10 and current % 100 < 10 and current % 100 != 0:
+                        break  # "five twenty": two numbers
+                    current += _SMALL[t]
+                elif t in _SCALE and (current or total):
+                    scale = _SCALE[t]
+                    if scale == 100:
+                        current = max(current, 1) * 100
+                    else:
+                        total += max(current, 1) * scale
+                        current = 0
+                elif t == "and" and i + 1 < len(toks) and toks[i + 1] in _SMALL and toks[i + 1] not in ("a", "an") \
+                        and (current >= 100 or total):
+                    pass
+                else:
+                    break
+                i += 1
+            value = float(total + current)
+            if i + 1 < len(toks) and toks[i] == "point" and toks[i + 1] in _SMALL:
+                frac = ""
+                i += 1
+                while i < len(toks) and toks[i] in _SMALL and _SMALL[toks[i]] < 10:
+                    frac += str(_SMALL[toks[i]])
+                    i += 1
+                value = float(f"{int(value)}.{frac or '0'}")
+            out.append((value, start, i))
+            continue
+        i += 1
+    return out
+
+
+def parse_number(text: str) -> float | None:
+    found = numbers_in(text)
+    return found[0][0] if found else None
+
+
+# ------------------------------------------------------------------ yes / no
+def parse_yes_no(text: str) -> bool | None:
+    ws = set(words(text)) | set(_tokens(text))
+    yes, no = bool(ws & YES), bool(ws & NO)
+    if yes == no:
+        return None
+    return yes
+
+
+# ------------------------------------------------------------------ digits
+def luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d = d * 2 - 9 if d * 2 > 9 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def parse_digits(text: str, min_length: int = 1, max_length: int = 32, checksum: str | None = None) -> str | None:
+    value = spoken_digits(text)
+    if not value or not min_length <= len(value) <= max_length:
+        runs = [r for r in digit_runs(text) if min_length <= len(r) <= max_length]
+        if not runs:
+            return None
+        value = runs[-1]
+    if checksum == "luhn" and not luhn_ok(value):
+        return None
+    return value
+
+
+# ------------------------------------------------------------------ money
+def parse_currency(text: str) -> str | None:
+    """An amount of money as "25.50": "$25.50", "twenty five dollars and fifty cents", "25 bucks"."""
+    toks = _tokens(text)
+    m = re.search(r"\$\s*(\d+(?:\.\d{1,2})?)", text)
+    if m:
+        return f"{float(m.group(1)):.2f}"
+    nums = numbers_in(text)
+    if not nums:
+        return None
+    dollars = cents = None
+    for value, start, end in nums:
+        unit = toks[end] if end < len(toks) else ""
+        if unit in ("dollar", "dollars", "bucks", "buck", "euro", "euros", "pound", "pounds") and dollars is None:
+            dollars = value
+        elif unit in ("cent", "cents", "pence", "p") and cents is None:
+            cents = value
+    if dollars is None and cents is None:
+        if len(nums) == 2 and "and" in toks:  # "twenty and fifty": dollars and cents
+            dollars, cents = nums[0][0], nums[1][0]
+        else:
+            dollars = nums[0][0]
+    return f"{(dollars or 0) + (cents or 0) / 100:.2f}"
+
+
+# ------------------------------------------------------------------ dates and times
+def parse_date(text: str, today: dt.date) -> str | None:
+    """A date as YYYY-MM-DD: "today", "tomorrow", "monday", "next friday", "december third", "the 5th",
+    "3rd of january", "12/24", "2027-01-05". Dates without a year are the next such day from today."""
+    t = text.lower()
+    m = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", t)
+    if m:
+        try:
+            return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3))).isoformat()
+        except ValueError:
+            return None
+    toks = _tokens(t)
+    if "today" in toks:
+        return today.isoformat()
+    if "tomorrow" in toks:
+        if "after" in toks and "day" in toks:
+            return (today + dt.timedelta(days=2)).isoformat()
+        return (today + dt.timedelta(days=1)).isoformat()
+    for i, tok in enumerate(toks):
+        if tok in WEEKDAYS:
+            ahead = (WEEKDAYS.index(tok) - today.weekday()) % 7 or 7
+            if i and toks[i - 1] == "next" and ahead < 7 and "week" in toks:
+                ahead += 7
+            return (today + dt.timedelta(days=ahead)).isoformat()
+    m = re.search(r"\b(\d{1,2})/(\d{1,2})\b", t)
+    month = day = None
+    if m:
+        month, day = int(m.group(1)), int(m.group(2))
+    else:
+        for i, tok in enumerate(toks):
+            if tok in MONTHS:
+                month = MONTHS.index(tok) + 1
+                for j in (i + 1, i + 2, i - 1, i - 2, i - 3):
+                    if 0 <= j < len(toks):
+                        day = _day_at(toks, j)
+                        if day:
+                            break
+                break
+        if month is None:
+            for i, tok in enumerate(toks):
+                d = _ordinal_word(tok) or (_ordinal_word(toks[i] + toks[i + 1]) if i + 1 < len(toks)
+                                           and toks[i] in ("twenty", "thirty") else None)
+                if d and (i and toks[i - 1] == "the" or tok.endswith(("st", "nd", "rd", "th"))):
+                    day = d
+                    month = today.month if d >= today.day else today.month % 12 + 1
+                    break
+    if not month or not day:
+        return None
+    for year in (today.year, today.year + 1):
+        try:
+            date = dt.date(year, month, day)
+        except ValueError:
+            return None
+        if date >= today:
+            return date.isoformat()
+    return None
+
+
+def _day_at(toks: list[str], j: int) -> int | None:
+    tok = toks[j]
+    if tok in ("twenty", "thirty") and j + 1 < len(toks):
+        second = _ordinal_word(toks[j + 1])
+        if second and second < 10:
+            return (20 if tok == "twenty" else 30) + second
+    d = _ordinal_word(tok)
+    if d is None and tok.isdigit():
+        d = int(tok)
+    return d if d and 1 <= d <= 31 else None
+
+
+def parse_time(text: str) -> str | None:
+    """A time of day as HH:MM: "3 pm", "half past two", "fifteen thirty", "10:45", "noon". An hour
+    from 1 to 6 without am/pm is taken as afternoon (office hours)."""
+    t = text.lower().replace("a.m.", "am").replace("p.m.", "pm")
+    toks = _tokens(t)
+    if "noon" in toks or "midday" in toks:
+        return "12:00"
+    if "midnight" in toks:
+        return "00:00"
+    hour = minute = None
+    m = re.search(r"\b(\d{1,2})[:.](\d{2})\b", t)
+    if m:
+        hour, minute = int(m.group(1)), int(m.group(2))
+    else:
+        nums = numbers_in(t)
+        if not nums:
+            return None
+        if "past" in toks or "to" in toks and any(w in toks for w in ("quarter", "half")):
+            rel = 30 if "half" in toks else 15 if "quarter" in toks else int(nums[0][0])
+            target = [v for v, s, e in nums if "past" in toks[:s] or "to" in toks[:s]]
+            hour = int(target[0] if target else nums[-1][0])
+            minute = rel
+            if "to" in toks and "past" not in toks:
+                hour, minute = (hour - 1) % 24, 60 - rel
+        else:
+            hour = int(nums[0][0])
+            minute = int(nums[1][0]) if len(nums) > 1 and nums[1][1] == nums[0][2] and nums[1][0] < 60 else 0
+            if hour >= 100 and minute == 0:  # "ten thirty" said as 1030
+                hour, minute = divmod(hour, 100)
+    pm = "pm" in toks or "afternoon" in toks or "evening" in toks or "tonight" in toks
+    am = "am" in toks or "morning" in toks
+    if hour is None or not 0 <= hour <= 23 or not 0 <= minute <= 59:
+        return None
+    if pm and hour < 12:
+        hour += 12
+    elif am and hour == 12:
+        hour = 0
+    elif not am and 1 <= hour <= 6:
+        hour += 12
+    return f"{hour:02d}:{minute:02d}"
+
+
+def extract(slot_type: str, text: str, today: dt.date | None = None, **spec) -> object | None:
+    """The value of a slot of this type in the caller's words, or None."""
+    today = today or dt.date.today()
+    if slot_type == "digits":
+        return parse_digits(text, spec.get("min_length", 1), spec.get("max_length", 32), spec.get("checksum"))
+    if slot_type == "number":
+        value = parse_number(text)
+        if value is None:
+            return None
+        if (lo := spec.get("min")) is not None and value < lo or (hi := spec.get("max")) is not None and value > hi:
+            return None
+        return int(value) if value.is_integer() else value
+    if slot_type == "yes_no":
+        return parse_yes_no(text)
+    if slot_type == "date":
+        return parse_date(text, today)
+    if slot_type == "time":
+        return parse_time(text)
+    if slot_type == "currency":
+        return parse_currency(text)
+    if slot_type == "text":
+        return text.strip() or None
+    raise ValueError(f"unknown slot type {slot_type!r}")
