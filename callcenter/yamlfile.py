@@ -115,6 +115,8 @@ def load_model(path: str | Path, model: type[M], context: dict[str, Any] | None 
         problems = []
         for err in exc.errors():
             loc = doc.file_loc(err["loc"])
+            if err["type"] == "union_tag_invalid":  # point at the bad tag, not at the whole entry
+                loc += (err["ctx"]["discriminator"].strip("'"),)
             problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {err['msg']}")
         raise UserFileError(problems) from None
 

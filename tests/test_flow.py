@@ -63,7 +63,7 @@ def test_typo_in_field_name(tmp_path):
 
 def test_missing_field_and_bad_type(tmp_path):
     ps = problems(tmp_path, GOOD.replace("    type: hangup", "    type: hang_up"))
-    assert any(":17:3: nodes.bye:" in p and "'hang_up'" in p for p in ps), ps
+    assert any(":18:5: nodes.bye.type:" in p and "'hang_up'" in p for p in ps), ps
 
 
 def test_bad_keypad_digit(tmp_path):

@@ -598,6 +598,23 @@ def load_flow(path: str | Path) -> Flow:
 def flow_schema() -> dict:
     """JSON Schema of flow files, for editors (yaml-language-server) to complete and validate."""
     schema = Flow.model_json_schema(by_alias=True)
+    shorthand = {"#/$defs/VoiceSettings": "a voice name, e.g. ssm:joe",
+                 "#/$defs/AmbienceSettings": "a preset: clean, office, callcenter or mobile"}
+
+    def allow_names(node):  # voice: ssm:joe and ambience: office are accepted as plain strings
+        if isinstance(node, dict):
+            for key, value in list(node.items()):
+                if isinstance(value, dict) and value.get("$ref") in shorthand:
+                    node[key] = {"anyOf": [{"type": "string", "description": shorthand[value["$ref"]]}, value]}
+                elif isinstance(value, dict) and any(x.get("$ref") in shorthand for x in value.get("anyOf", [])):
+                    value["anyOf"].insert(0, {"type": "string"})
+                else:
+                    allow_names(value)
+        elif isinstance(node, list):
+            for item in node:
+                allow_names(item)
+
+    allow_names(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "callcenter flow"
     return schema

@@ -219,7 +219,7 @@ def _messages(request: LlmRequest) -> list[dict]:
 
 
 async def _sse(response) -> Any:
-    """The `data:` payloads of a server-sent event stream, as JSON (malformed ones skipped)."""
+    """The `data:` payloads of a server-sent event stream, as JSON objects (anything else skipped)."""
     async for raw in response.content:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
@@ -228,8 +228,12 @@ async def _sse(response) -> Any:
         if payload == "[DONE]":
             return
         try:
-            yield json.loads(payload)
+            event = json.loads(payload)
         except ValueError:
+            event = None
+        if isinstance(event, dict):
+            yield event
+        else:
             log.warning("llm_bad_stream_line", line=payload[:200])
 
 
