@@ -42,9 +42,10 @@ class LiveCall:
         ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
         self.bridge = MediaBridge(loop, self.recorder, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
-                                   agent.tts, variables={"caller": info.remote_uri},
+                                   agent.tts, variables=caller_variables(info.remote_uri),
                                    flow_digest=agent.flows.digest)
         self._transfer: asyncio.Future | None = None
+        self.consult: ConsultLeg | None = None
         self.task: asyncio.Task | None = None
         call.bridge = self.bridge
         call.listener = self
@@ -66,7 +67,9 @@ class LiveCall:
 
     def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
         self.log.info("transfer_status", code=code, reason=reason, final=final)
-        if self._transfer and not self._transfer.done():
+        # provisional NOTIFYs (100 Trying) say nothing yet; the final one says whether the phone
+        # reached the destination
+        if self._transfer and not self._transfer.done() and (final or code >= 200):
             self._transfer.set_result(200 <= code < 300)
 
     # ---- CallControl for the session
@@ -85,6 +88,34 @@ class LiveCall:
         finally:
             self._transfer = None
 
+    async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool:
+        """Call the person, brief them with `speak(bridge, summary)`, then bridge the caller to
+        them. False (and the person's leg hung up) if they do not answer within ring_s, hang up
+        during the summary, or no call slot is free."""
+        leg = ConsultLeg(self)
+        try:
+            leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
+            await asyncio.wait_for(asyncio.shield(leg.confirmed), ring_s)
+            for _ in range(100):  # media comes up just after the 200 OK
+                if leg.call.port is not None:
+                    break
+                await asyncio.sleep(0.02)
+            await speak(leg.bridge, summary)
+            if leg.ended.done():
+                raise SipError("the person hung up during the summary")
+            await self.agent.endpoint.run_on_sip(self.call.bridge_to, leg.call)
+        except (SipError, asyncio.TimeoutError) as exc:
+            self.log.warning("warm_transfer_failed", to=uri, error=str(exc) or f"no answer within {ring_s} s")
+            leg.close()
+            return False
+        self.consult = leg
+        self.log.info("warm_transfer_bridged", to=uri, recording=str(leg.recorder.path))
+        return True
+
+    def on_consult_ended(self, leg: "ConsultLeg") -> None:
+        if self.consult is leg:  # the person hung up after the bridge: the call is over
+            self.session.end("transfer")
+
     async def _run(self) -> None:
         try:
             result = await self.session.run()
@@ -97,9 +128,60 @@ class LiveCall:
             self._finish()
 
     def _finish(self) -> None:
+        if self.consult is not None:
+            self.consult.close()
         self.bridge.close()
         self.events.close()
         self.agent.live.pop(self.call_id, None)
+
+
+class ConsultLeg:
+    """The agent's own call to a person during a warm transfer. Recorded beside the caller's
+    recording as `<call>-transfer.wav` (left: the person, right: the agent's summary)."""
+
+    def __init__(self, live: LiveCall):
+        loop = asyncio.get_running_loop()
+        self.live = live
+        self.recorder = StereoRecorder(live.recorder.path.with_name(live.recorder.path.stem + "-transfer.wav"))
+        self.bridge = MediaBridge(loop, self.recorder)
+        self.confirmed: asyncio.Future = loop.create_future()
+        self.ended: asyncio.Future = loop.create_future()
+        self.call: SipCall | None = None
+        self._drain = asyncio.create_task(self._discard_frames())
+
+    async def _discard_frames(self) -> None:
+        while True:  # the person's audio is recorded by the bridge; nothing listens to it here
+            await self.bridge.caller_frames.get()
+
+    # ---- from the SIP thread
+    def on_confirmed(self) -> None:
+        if not self.confirmed.done():
+            self.confirmed.set_result(True)
+
+    def on_disconnected(self, code: int, reason: str) -> None:
+        if not self.confirmed.done():
+            self.confirmed.set_exception(SipError(f"{code} {reason}"))
+            self.confirmed.exception()  # retrieved: no "never retrieved" warning if nobody waits
+        if not self.ended.done():
+            self.ended.set_result((code, reason))
+        self.live.on_consult_ended(self)
+
+    def close(self) -> None:
+        if self.call is not None and not self.call.disconnected:
+            self.live.agent.endpoint.call_soon(self.call.hangup_now)
+        self._drain.cancel()
+        self.bridge.close()
+
+
+def caller_variables(remote: str) -> dict[str, str]:
+    """`"Dana" <sip:4155550100@pbx.example>;tag=x` → caller sip:4155550100@pbx.example,
+    caller_number 4155550100."""
+    import re
+
+    m = re.search(r"(sips?:[^>;\s]+)", remote)
+    uri = m.group(1) if m else remote.strip()
+    user = uri.split(":", 1)[-1].split("@", 1)[0] if "@" in uri else ""
+    return {"caller": uri, "caller_number": user}
 
 
 def _safe_name(call_id: str) -> str:

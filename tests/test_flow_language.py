@@ -345,3 +345,27 @@ def test_escalating_reprompts():
     d.on_thought(LlmReply(choice="billing"))
     assert says(d.on_utterance("I don't know")).startswith("Your account number is on the top of your bill")
     assert says(d.on_utterance("no idea")).startswith("Let's try once more")
+
+
+def test_warm_transfer_carries_its_rendered_summary(tmp_path):
+    flow = flow_of(tmp_path, """\
+        name: t
+        start: ask
+        nodes:
+          ask:
+            type: ask
+            prompt: Account?
+            slots: {account: {type: digits, min_length: 4, max_length: 4}}
+            next: warm
+            on_failure: warm
+          warm:
+            type: transfer
+            mode: warm
+            to: sip:desk@127.0.0.1
+            summary: Caller {caller_number} with account {account|digits}.
+            ring_s: 15
+        """)
+    d = Dialog(flow, variables={"caller_number": "4155550100"}, encoder=None)
+    d.start()
+    (transfer,) = d.on_utterance("it's 4 7 2 1")
+    assert transfer == Transfer("sip:desk@127.0.0.1", "warm", "Caller 4155550100 with account 4 7 2 1.", 15)

@@ -266,3 +266,52 @@ def test_model_sentences_are_spoken_while_it_writes(tmp_path, stt, tts, monkeypa
     reply = next(e for e in events if e["kind"] == "llm_reply")
     assert first_sentence["t"] < reply["t"] - 0.4 and reply["first_sentence_ms"] < reply["ms"]
     assert result.path[-1] == "bye" and said[-1] == "Goodbye."
+
+
+def test_webhook_posts_templated_json_with_a_secret_header_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRM_TOKEN", "tok-987")
+    seen = {}
+
+    async def main():
+        async def handle(req: web.Request):
+            seen.update(headers=dict(req.headers), body=await req.json(), path=req.path_qs)
+            return web.json_response({"ticket": {"id": 42}})
+
+        app = web.Application()
+        app.router.add_post("/tickets", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            flow_path = tmp_path / "f.yaml"
+            flow_path.write_text(textwrap.dedent(f"""\
+                name: w
+                env: [CRM_TOKEN]
+                variables: {{base: "http://127.0.0.1:{port}", issue: "no dial tone"}}
+                start: open
+                nodes:
+                  open:
+                    type: webhook
+                    method: POST
+                    url: "{{base}}/tickets"
+                    headers: {{Authorization: "Bearer {{CRM_TOKEN}}"}}
+                    body: {{summary: "{{issue}}", caller: "{{caller}}", urgent: true}}
+                    save: {{ticket: ticket.id}}
+                    next: done
+                    on_failure: done
+                  done: {{type: hangup, text: "Ticket {{ticket}}."}}
+                """))
+            flow = load_flow(flow_path)
+            d = Dialog(flow, variables={"caller": "sip:alice@127.0.0.1"}, encoder=None)
+            (fetch,) = d.start()
+            result = await FlowServices(flow).fetch(fetch)
+            return d.on_fetched(result.status, result.data, result.error)
+        finally:
+            await runner.cleanup()
+
+    actions = asyncio.run(main())
+    assert seen["headers"]["Authorization"] == "Bearer tok-987" and seen["path"] == "/tickets"
+    assert seen["body"] == {"summary": "no dial tone", "caller": "sip:alice@127.0.0.1", "urgent": True}
+    assert actions[0].text == "Ticket 42."

@@ -47,6 +47,7 @@ DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in
 class CallControl(Protocol):
     async def hangup(self) -> None: ...
     async def transfer(self, uri: str) -> bool: ...
+    async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool: ...
 
 
 @dataclass
@@ -86,6 +87,7 @@ class CallSession:
         self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
         self.services = services or FlowServices(flow)
         self._voicemail: VoicemailRecorder | None = None
+        self.bridged = False  # a warm transfer connected the caller to a person
         self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
         self.turns = TurnDetector(self.hearing.turns)
@@ -190,6 +192,8 @@ class CallSession:
         while True:
             line: LineFrame = await self.bridge.caller_frames.get()
             now = self.events.now()
+            if self.bridged:  # a person has the caller now: keep recording, stop listening
+                continue
             if self._voicemail is not None:
                 self._voicemail.add(line.caller.pcm)
             for digit in self.keypad.process(line.caller):
@@ -388,11 +392,17 @@ class CallSession:
             elif isinstance(action, Transfer):
                 await asyncio.sleep(GOODBYE_GRACE_S)
                 self._ending_by = "transfer"
-                self.events.emit(ev.TRANSFER, to=action.to)
-                ok = await self.control.transfer(action.to)
-                self.events.emit(ev.TRANSFER, to=action.to, accepted=ok)
+                self.events.emit(ev.TRANSFER, to=action.to, mode=action.mode)
+                if action.mode == "warm":
+                    ok = await self.control.warm_transfer(action.to, action.summary, action.ring_s, self._brief)
+                else:
+                    ok = await self.control.transfer(action.to)
+                self.events.emit(ev.TRANSFER, to=action.to, mode=action.mode, accepted=ok)
                 if ok:
                     self.result.transferred_to = action.to
+                    if action.mode == "warm":  # bridged: the call goes on until either side hangs up
+                        self.bridged = True
+                        return
                     self.end("transfer")
                     return
                 self._ending_by = None
@@ -443,6 +453,18 @@ class CallSession:
         if done and not done.is_set():
             done.set()
             self.events.emit(ev.PLAYOUT_DONE, utterance=utt)
+
+    async def _brief(self, bridge, text: str) -> None:
+        """Speak `text` into another leg (the person a warm transfer goes to) and wait until it has
+        been played out."""
+        self.events.emit(ev.TRANSFER_SUMMARY, text=text)
+        first = True
+        async for frame in self.tts.stream(text, self.flow.voice):
+            bridge.play(frame, 1, first=first)
+            first = False
+        bridge.end_utterance(1)
+        while bridge.queued_frames:
+            await asyncio.sleep(0.02)
 
     async def _record(self, action: Record) -> None:
         """Leave a message: a beep, then the caller's audio until # / silence / the maximum length."""

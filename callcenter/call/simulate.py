@@ -83,6 +83,20 @@ class SimulatedLine:
         self.transferred_to = uri
         return self.accept_transfer
 
+    async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool:
+        """The simulated person answers (unless refusing), hears the summary, is bridged."""
+        self.transferred_to = uri
+        if not self.accept_transfer:
+            return False
+        person = MediaBridge(asyncio.get_running_loop())
+        listening = asyncio.create_task(_play_out(person))
+        try:
+            await speak(person, summary)
+        finally:
+            listening.cancel()
+        self.summary = summary
+        return True
+
 
 async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt, tts,
                         call_id: str | None = None, echo: EchoPath | None = None,
@@ -159,6 +173,13 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
         "".join(f"{who}: {text}\n" for who, text in result.transcript), encoding="utf-8"
     )
     return result, events
+
+
+async def _play_out(bridge: MediaBridge) -> None:
+    """A simulated far end: take the agent's frames on the 20 ms clock."""
+    while True:
+        bridge.agent_frame()
+        await asyncio.sleep(FRAME_MS / 1000)
 
 
 async def _wait_agent_talking(session: CallSession, bridge: MediaBridge) -> None:

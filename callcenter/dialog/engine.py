@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -51,6 +52,9 @@ class Listen:
 @dataclass(frozen=True)
 class Transfer:
     to: str
+    mode: str = "blind"  # blind (REFER) | warm (the agent briefs the person, then bridges)
+    summary: str | None = None
+    ring_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -185,12 +189,13 @@ class Dialog:
         self.llm_history: list[tuple[str, str]] = []
         self.now = now or dt.datetime.now()
         self.variables: dict[str, Any] = {
-            "caller": "", "call_id": "", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
+            "caller": "", "caller_number": "", "call_id": "", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
             "weekday": WEEKDAY_KEYS[self.now.weekday()], "date": self.now.date().isoformat(),
             "time": self.now.strftime("%H:%M"), "last_utterance": "", "last_intent": None, "attempts": 0,
             "webhook_status": None, "llm_answer": "", "voicemail_path": None, "voicemail_s": 0,
         }
         self.variables.update(flow.variables)
+        self.variables.update({name: os.environ.get(name, "") for name in flow.env})  # secrets for webhooks
         self.variables.update(variables or {})
         self._matchers = _matchers(flow, encoder)
         self._asks = {n: node.as_ask() for n, node in flow.nodes.items() if isinstance(node, MenuNode)}
@@ -261,7 +266,9 @@ class Dialog:
             elif isinstance(node, TransferNode):
                 if node.text:
                     actions.append(self._say(node.text, node))
-                actions.append(Transfer(node.to or self.flow.queues[node.queue]))
+                to = node.to or self.flow.queues[node.queue]
+                actions.append(Transfer(to) if node.mode == "blind" else
+                               Transfer(to, "warm", self.render(node.summary), node.ring_s))
                 self.waiting = "transfer"
                 self.finished = node.on_failure is None
             elif isinstance(node, HangupNode):

@@ -27,7 +27,7 @@ NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SIP_URI = re.compile(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$")
 # Variables every call has. `hour`, `minute`, `weekday` (mon..sun) and `date` are the call's start time.
-BUILTIN_VARIABLES = ("caller", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
+BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
                      "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
                      "voicemail_path", "voicemail_s")
 SlotType = Literal["digits", "number", "yes_no", "date", "time", "currency", "text"]
@@ -258,7 +258,15 @@ class TransferNode(_Speaks):
     text: str | None = Field(None, description="Announced to the caller before the transfer (a template).")
     to: str | None = Field(None, description="SIP URI to transfer the caller to (blind transfer with REFER).")
     queue: str | None = Field(None, description="A queue named in the flow's queues, instead of to.")
-    on_failure: str | None = Field(None, description="Node when the transfer is refused (default: hang up).")
+    mode: Literal["blind", "warm"] = Field(
+        "blind", description="blind: SIP REFER, the caller's phone calls the destination. warm: the agent calls "
+                             "the destination, speaks the summary to the person who answers, then bridges the "
+                             "caller to them (the agent stays in the media path and keeps recording).")
+    summary: str = Field("I have a caller on the line. They said: {last_utterance}",
+                         description="warm: what the agent tells the person before bridging (a template).")
+    ring_s: float = Field(20, gt=0, le=120, description="warm: how long to wait for the person to answer.")
+    on_failure: str | None = Field(None, description="Node when the transfer fails (refused, no answer; "
+                                                     "default: hang up).")
 
     @field_validator("to")
     @classmethod
@@ -410,7 +418,7 @@ def defined_variables(flow: Flow) -> set[str]:
 
 def _templates(node) -> list[tuple[tuple, str]]:
     out: list[tuple[tuple, str]] = []
-    for key in ("text", "prompt", "no_match", "no_input", "url", "say", "fallback"):
+    for key in ("text", "prompt", "no_match", "no_input", "url", "say", "fallback", "summary"):
         value = getattr(node, key, None)
         if isinstance(value, str):
             out.append(((key,), value))

@@ -162,6 +162,17 @@ class SipCall(pj.Call):
     def refer(self, uri: str) -> None:
         self.xfer(uri, pj.CallOpParam(True))
 
+    def bridge_to(self, other: "SipCall") -> None:
+        """Connect this call's audio with another call's, both ways, in pjmedia's conference bridge;
+        the agent's own voice stops going to either side. Our ports keep receiving, so both
+        recordings go on."""
+        mine, theirs = self.getAudioMedia(-1), other.getAudioMedia(-1)
+        mine.startTransmit(theirs)
+        theirs.startTransmit(mine)
+        for call, media in ((self, mine), (other, theirs)):
+            if call.port is not None:
+                call.port.stopTransmit(media)
+
     def send_digits(self, digits: str) -> None:
         prm = pj.CallSendDtmfParam()
         prm.method = pj.PJSUA_DTMF_METHOD_RFC2833
@@ -355,6 +366,22 @@ class SipEndpoint:
         except pj.Error as exc:
             log.error("sip_incoming_failed", error=exc.info())
             self._graveyard.append(call)
+
+    def make_call(self, uri: str, listener, bridge) -> SipCall:
+        """Place an outgoing call (SIP thread), e.g. to a person for a warm transfer. It counts
+        toward max_calls like any other call."""
+        active = sum(1 for c in self.calls.values() if not c.disconnected)
+        if active >= self.config.max_calls:
+            raise SipError(f"cannot call {uri}: all {self.config.max_calls} call slots are in use")
+        call = SipCall(self, self.account)
+        call.listener = listener
+        call.bridge = bridge
+        call.makeCall(uri, pj.CallOpParam(True))
+        ci = call.getInfo()
+        call.info = CallInfo(ci.callIdString, uri, ci.localUri)
+        self.calls[call.info.call_id] = call
+        log.info("sip_call_out", to=uri, sip_call_id=call.info.call_id)
+        return call
 
     def forget(self, call: SipCall) -> None:
         if call.info:
