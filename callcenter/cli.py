@@ -171,6 +171,15 @@ def cmd_bench_tts(args) -> int:
     return 0
 
 
+def cmd_bench_nlu(args) -> int:
+    from callcenter.dialog.bench import run_nlu_bench
+
+    report = run_nlu_bench(Path(args.json))
+    print(json.dumps({k: ({m: v for m, v in r.items() if m != "wrong_cases"} if isinstance(r, dict) else r)
+                      for k, r in report.items() if k not in ("flow", "intents")}, indent=2))
+    return 0
+
+
 def cmd_bench_stt(args) -> int:
     from callcenter.hearing.bench import PARTS, run_stt_bench
 
@@ -287,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stt-model", default=None)
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_stt)
+    s = b.add_parser("nlu", help="offline intent matching on callers' own words: right / wrong intent / no match")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_nlu)
     return p
 
 

@@ -131,3 +131,14 @@ def test_bench_stt_reports_each_condition_raw_and_gated(tmp_path):
 def test_bench_stt_rejects_unknown_parts(tmp_path):
     r = cc("bench", "stt", "--parts", "wer,speed", "--json", tmp_path / "x.json")
     assert r.returncode == 2 and "unknown speed" in r.stderr
+
+
+def test_bench_nlu_reports_embeddings_against_words_alone(tmp_path):
+    out = tmp_path / "nlu.json"
+    r = cc("bench", "nlu", "--json", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    words, semantic = report["words_only"], report["words_then_embeddings"]
+    assert words["sentences"] == semantic["sentences"] >= 40
+    assert semantic["right"] > words["right"] and semantic["wrong_intent"] <= 0.05
+    assert semantic["out_of_scope_rejected"] >= 0.8

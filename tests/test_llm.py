@@ -315,3 +315,71 @@ def test_webhook_posts_templated_json_with_a_secret_header_from_env(tmp_path, mo
     assert seen["headers"]["Authorization"] == "Bearer tok-987" and seen["path"] == "/tickets"
     assert seen["body"] == {"summary": "no dial tone", "caller": "sip:alice@127.0.0.1", "urgent": True}
     assert actions[0].text == "Ticket 42."
+
+
+def _event_stream_message(event_type: str, payload: dict) -> bytes:
+    """One frame of AWS's binary event stream (what Bedrock's ConverseStream sends)."""
+    import binascii
+    import struct
+
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json"),
+                        (":message-type", "event")):
+        n, v = name.encode(), value.encode()
+        headers += struct.pack("B", len(n)) + n + b"\x07" + struct.pack(">H", len(v)) + v
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(headers) + len(body) + 4, len(headers))
+    message = prelude + struct.pack(">I", binascii.crc32(prelude)) + headers + body
+    return message + struct.pack(">I", binascii.crc32(message))
+
+
+def test_bedrock_converse_stream(monkeypatch):
+    pytest.importorskip("boto3")
+    from callcenter.dialog.llm import BedrockConverse
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEY)
+    seen = {}
+
+    async def main():
+        async def converse(req: web.Request):
+            seen.update(path=req.path, body=await req.json(), auth=req.headers.get("Authorization", ""))
+            resp = web.StreamResponse(headers={"Content-Type": "application/vnd.amazon.eventstream"})
+            await resp.prepare(req)
+            for kind, payload in [
+                ("messageStart", {"role": "assistant"}),
+                ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Sure, one moment. "}}),
+                ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Routing you now."}}),
+                ("contentBlockStop", {"contentBlockIndex": 0}),
+                ("contentBlockStart", {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "t1",
+                                                                                     "name": "route"}}}),
+                ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": '{"choice": "out'}}}),
+                ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": 'age"}'}}}),
+                ("contentBlockStop", {"contentBlockIndex": 1}),
+                ("messageStop", {"stopReason": "tool_use"}),
+            ]:
+                await resp.write(_event_stream_message(kind, payload))
+            return resp
+
+        app = web.Application()
+        app.router.add_post("/model/{model}/converse-stream", converse)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            provider = BedrockConverse(LlmProviderConfig(kind="bedrock", base_url=url, region="us-east-1",
+                                                         model="test-model"))
+            said = []
+            reply = await provider.reply(request(), said.append)
+            return reply, said
+        finally:
+            await runner.cleanup()
+
+    reply, said = asyncio.run(main())
+    assert "".join(said) == "Sure, one moment. Routing you now." and reply.choice == "outage"
+    assert seen["path"] == "/model/test-model/converse-stream"
+    assert seen["auth"].startswith("AWS4-HMAC-SHA256 Credential=AKIDTEST/") and KEY not in seen["auth"]
+    assert {t["toolSpec"]["name"] for t in seen["body"]["toolConfig"]["tools"]} == {"route", "human"}
+    assert seen["body"]["messages"][-1] == {"role": "user", "content": [{"text": "I was charged twice"}]}

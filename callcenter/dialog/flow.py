@@ -321,14 +321,15 @@ class Globals(_Strict):
 
 
 class LlmProviderConfig(_Strict):
-    kind: Literal["local", "openai", "anthropic"] = Field(
+    kind: Literal["local", "openai", "anthropic", "bedrock"] = Field(
         "local", description="local: offline (sentence embeddings and rules, no key, no network); openai: any "
                              "OpenAI-compatible chat completions server (vLLM, Ollama, llama.cpp, OpenAI); "
-                             "anthropic: the Messages API.")
+                             "anthropic: the Messages API; bedrock: AWS Bedrock ConverseStream (optional extra).")
     model: str | None = None
     base_url: str | None = Field(None, description="e.g. http://127.0.0.1:11434/v1 for Ollama")
     api_key_env: str | None = Field(None, description="Environment variable holding the key (never logged).")
     max_tokens: int = Field(200, ge=1, le=4096)
+    region: str | None = Field(None, description="bedrock: the AWS region (default: from the environment)")
 
 
 class Flow(_Strict):

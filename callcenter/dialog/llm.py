@@ -14,10 +14,13 @@ the node's allow-lists; the provider never acts on it. Time budgets are the call
 - `OpenAiChat` (kind `openai`): any OpenAI-compatible /chat/completions server with streaming and
   tool calls: vLLM, Ollama, llama.cpp server, OpenAI.
 - `AnthropicMessages` (kind `anthropic`): the Messages API with streaming and tool use.
+- `BedrockConverse` (kind `bedrock`, the optional extra `pip install -e '.[bedrock]'`): AWS Bedrock's
+  ConverseStream through boto3; credentials and region from the usual AWS environment.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -344,9 +347,68 @@ class AnthropicMessages(_HttpProvider):
         return out
 
 
+class BedrockConverse:
+    def __init__(self, config: LlmProviderConfig):
+        try:
+            import boto3
+        except ImportError:
+            raise LlmError("the bedrock provider needs boto3: pip install -e '.[bedrock]'") from None
+        self.config = config
+        self.client = boto3.client("bedrock-runtime", region_name=config.region,
+                                   endpoint_url=config.base_url or None)
+
+    async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, self._converse, request, lambda t: loop.call_soon_threadsafe(on_text, t))
+
+    def _converse(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
+        import botocore.exceptions
+
+        out = LlmReply()
+        args: dict[str, Any] = {
+            "modelId": self.config.model or "anthropic.claude-3-haiku-20240307-v1:0",
+            "system": [{"text": _system_prompt(request)}],
+            "messages": [{"role": m["role"], "content": [{"text": m["content"]}]} for m in _messages(request)],
+            "inferenceConfig": {"maxTokens": self.config.max_tokens},
+        }
+        specs = _tool_specs(request)
+        if specs:
+            args["toolConfig"] = {"tools": [{"toolSpec": {"name": n, "description": d, "inputSchema": {"json": p}}}
+                                            for n, d, p in specs]}
+        blocks: dict[int, dict[str, str]] = {}
+        text: list[str] = []
+        try:
+            response = self.client.converse_stream(**args)
+            for event in response["stream"]:
+                if "contentBlockStart" in event:
+                    start = event["contentBlockStart"]
+                    tool = (start.get("start") or {}).get("toolUse")
+                    if tool:
+                        blocks[start.get("contentBlockIndex", 0)] = {"name": tool.get("name", ""), "arguments": ""}
+                elif "contentBlockDelta" in event:
+                    block = event["contentBlockDelta"]
+                    delta = block.get("delta") or {}
+                    if delta.get("text"):
+                        text.append(delta["text"])
+                        on_text(delta["text"])
+                    elif "toolUse" in delta and block.get("contentBlockIndex", 0) in blocks:
+                        blocks[block.get("contentBlockIndex", 0)]["arguments"] += delta["toolUse"].get("input", "")
+                elif any(k.endswith("Exception") for k in event):
+                    raise LlmError(f"stream error: {event}")
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise LlmError(f"bedrock: {exc}") from None
+        out.text = "".join(text).strip()
+        for block in blocks.values():
+            _apply_tool(out, block["name"], block["arguments"])
+        return out
+
+
 def make_provider(config: LlmProviderConfig) -> LlmProvider:
     if config.kind == "local":
         return LocalTriage()
     if config.kind == "openai":
         return OpenAiChat(config)
+    if config.kind == "bedrock":
+        return BedrockConverse(config)
     return AnthropicMessages(config)
