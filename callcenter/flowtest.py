@@ -180,6 +180,7 @@ class TextCall:
         self.ended = False
         self.heard_since_step: list[str] = []
         self._first_word_at: float | None = None
+        self._turn_started = 0.0
         self._steps = list(scenario.steps)
 
     def _said(self, text: str) -> None:
@@ -198,10 +199,10 @@ class TextCall:
                 continue
             self.heard_since_step = []
             self._first_word_at = None
-            started = time.monotonic()
+            self._turn_started = time.monotonic()
             await self._caller(step)
             if self._first_word_at is not None:
-                self.out.turn_ms.append((self._first_word_at - started) * 1000)
+                self.out.turn_ms.append((self._first_word_at - self._turn_started) * 1000)
         for step in self._steps:  # expectations after the call ended
             if step.expect is not None:
                 self._check_heard(step.expect)
@@ -236,6 +237,7 @@ class TextCall:
         text = step.say
         if step.wav is not None:
             text = self._transcribe(step.wav)
+            self._turn_started = time.monotonic()  # the turn starts when the words are known
         await self._carry_out(d.on_utterance(text or ""))
 
     def _transcribe(self, wav: str) -> str:
