@@ -331,8 +331,8 @@ class Dialog:
         if self.finished or self.waiting != "caller":
             return False
         node = self.node
-        if isinstance(node, LlmNode):
-            return False  # the model decides; end the turn on silence
+        if isinstance(node, LlmNode):  # the model decides, but a sentence that clearly names a choice is complete
+            return self._matchers[self.node_name].match(text).intent is not None
         if self._spoken_digits(node, text):
             return True
         if isinstance(node, AskNode) and any(self._slot_value(node.slots[s], text) is not None
