@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 import zlib
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class LiveCall:
         self._transfer: asyncio.Future | None = None
         self.consult: ConsultLeg | None = None
         self.task: asyncio.Task | None = None
+        self.started_wall = time.time()
         call.bridge = self.bridge
         call.listener = self
 
@@ -196,10 +198,13 @@ class Agent:
         self.tts = tts
         self.live: dict[str, LiveCall] = {}
         self.endpoint: SipEndpoint | None = None
+        self.control = None  # the supervisor API, when configured
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
         live = LiveCall(self, call, info)
         self.live[info.call_id] = live
+        if self.control is not None:
+            self.control.attach(live)
         live.log.info("call_incoming", remote=info.remote_uri)
         fut = self.endpoint.call_soon(call.answer_with, SIP_OK)
         fut.add_done_callback(lambda f: f.exception() and live.log.error("answer_failed", error=str(f.exception())))
@@ -209,10 +214,23 @@ class Agent:
         self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
         self.endpoint.start()
         watcher = asyncio.create_task(self.flows.watch())
+        if self.config.control is not None:
+            from callcenter.supervisor.api import ControlApi, control_token
+
+            control = self.config.control
+            self.control = ControlApi(self, control, self.config.recordings,
+                                      control_token(control, self.config.recordings))
+            try:
+                await self.control.start()
+            except OSError as exc:
+                self.endpoint.stop()
+                raise SipError(f"cannot listen for the control API on {control.host}:{control.port}: {exc}") from None
         try:
             await stop.wait()
         finally:
             watcher.cancel()
+            if self.control is not None:
+                await self.control.stop()
             for live in list(self.live.values()):
                 live.session.end("agent")
             tasks = [lc.task for lc in self.live.values() if lc.task]
@@ -255,7 +273,8 @@ class AgentProcess:
     benchmarks, the demo)."""
 
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
-                 max_calls: int = 4, recordings: Path | None = None):
+                 max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
+                 token: str | None = None):
         import sys
 
         self.dir = Path(workdir)
@@ -265,7 +284,10 @@ class AgentProcess:
         self.config.write_text(
             f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"
             f"recordings: {self.recordings}\n"
+            + (f"control: {{host: 127.0.0.1, port: {control_port}}}\n" if control_port is not None else "")
         )
+        self.control_url = f"http://127.0.0.1:{control_port}" if control_port is not None else None
+        self.token = token
         self.sip_port = sip_port
         self.uri = f"sip:agent@127.0.0.1:{sip_port}"
         self.log_path = self.dir / "agent.log"
@@ -276,10 +298,13 @@ class AgentProcess:
         import subprocess
         import time
 
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"))
+        import os
+
+        env = dict(os.environ, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"), env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if '"sip_listening"' in self.log():
+            if '"sip_listening"' in self.log() and (self.control_url is None or '"control_listening"' in self.log()):
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")

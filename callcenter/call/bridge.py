@@ -22,6 +22,8 @@ from callcenter.audio.frames import FRAME_BYTES, AudioFrame
 from callcenter.call.recording import StereoRecorder
 from callcenter.voice.ambience import Ambience
 
+LEVEL_EVERY_FRAMES = 10
+
 SILENCE_PCM = bytes(FRAME_BYTES)
 REFERENCE_BACKLOG = 5  # agent frames kept for pairing when the clock delivers sends and receives unevenly
 
@@ -57,6 +59,8 @@ class MediaBridge:
         self._out: deque[_Queued] = deque()
         self._lock = threading.Lock()
         self._pending_agent: bytes | None = None
+        self.levels: tuple[float, float] = (-96.0, -96.0)  # (caller, agent) dBFS of a recent frame
+        self._level_frames = 0
         self._references: deque[bytes] = deque(maxlen=REFERENCE_BACKLOG)  # sent, not yet paired
         self._on_first_frame: Callable[[int, float], None] | None = None
         self._on_utterance_played: Callable[[int, float], None] | None = None
@@ -131,6 +135,10 @@ class MediaBridge:
         self._pending_agent = None
         if self.recorder:
             self.recorder.write(pcm, agent)
+        self._level_frames += 1
+        if self._level_frames >= LEVEL_EVERY_FRAMES:  # level meters for the supervisor, 5 times a second
+            self._level_frames = 0
+            self.levels = (round(AudioFrame(pcm).rms_dbfs(), 1), round(AudioFrame(agent).rms_dbfs(), 1))
         reference = self._references.popleft() if self._references else SILENCE_PCM
         self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, LineFrame(AudioFrame(pcm), reference))
 

@@ -37,6 +37,8 @@ TRANSFER = "transfer"
 TRANSFER_SUMMARY = "transfer_summary"
 HANGUP = "hangup"
 CALL_END = "call_end"
+SUPERVISOR = "supervisor"
+MARKED = "marked"
 ERROR = "error"
 
 

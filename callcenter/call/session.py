@@ -88,6 +88,9 @@ class CallSession:
         self.services = services or FlowServices(flow)
         self._voicemail: VoicemailRecorder | None = None
         self.bridged = False  # a warm transfer connected the caller to a person
+        self.held = False  # a supervisor took the call over (or paused it): the flow does not act
+        self.paused = False
+        self.marked: str | None = None
         self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
         self.turns = TurnDetector(self.hearing.turns)
@@ -277,6 +280,9 @@ class CallSession:
             self.log.error("stt_failed", error=str(exc))
             self.events.emit(ev.ERROR, stage="stt", error=str(exc))
             text, conf = STT_FAILURE_TEXT, 0.0
+        if self.held:  # the supervisor has the call: heard and logged, not answered
+            self._in_flight = max(0, self._in_flight - 1)
+            return
         await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
 
     def on_dtmf(self, digit: str, source: str = "rfc4733") -> None:
@@ -297,7 +303,7 @@ class CallSession:
                 self._voicemail.finish("pound")
             return
         self._cancel_no_input()
-        if self.dialog.finished:
+        if self.dialog.finished or self.held:
             return
         if self.agent_speaking:
             self.interrupt(reason="keypad")
@@ -490,6 +496,72 @@ class CallSession:
                          ended_by=reason)
         await self._decide(lambda: self.dialog.on_recorded(str(path) if path else None, seconds), caller_input=False)
 
+    # ------------------------------------------------------------ supervisor
+    @property
+    def state(self) -> str:
+        """What the call is doing, for the supervisor's table."""
+        if self._ended.is_set():
+            return "ended"
+        if self.bridged:
+            return "bridged"
+        if self.paused:
+            return "paused"
+        if self.held:
+            return "taken over"
+        if self.dialog.waiting == "transfer":
+            return "transferring"
+        if self._voicemail is not None:
+            return "voicemail"
+        if self.agent_speaking:
+            return "talking"
+        return "listening" if self.dialog.waiting == "caller" else "working"
+
+    def supervisor_say(self, text: str) -> None:
+        """Speak a sentence the supervisor typed, in the call's voice, now: what the agent was saying
+        stops. The flow goes on afterwards unless the call is taken over."""
+        self.interrupt(reason="supervisor", emit=False)
+        self.events.emit(ev.SUPERVISOR, action="say", text=text)
+        self._speak_queue.put_nowait(Say(text))
+
+    def take_over(self) -> None:
+        """The supervisor has the call: the agent stops talking and the flow stops deciding (the
+        caller is still heard and transcribed) until `release()`."""
+        self.held = True
+        self._cancel_no_input()
+        self.interrupt(reason="supervisor", emit=False)
+        self.events.emit(ev.SUPERVISOR, action="take_over")
+
+    def release(self) -> None:
+        self.held = self.paused = False
+        self.bridge.resume()
+        self.events.emit(ev.SUPERVISOR, action="release")
+        if self.dialog.waiting == "caller" and self._listen is not None and not self.agent_speaking:
+            self._start_no_input(self._listen.timeout_s)
+
+    def pause(self) -> None:
+        """Freeze the agent where it is (its voice held mid-word, the flow holding)."""
+        self.paused = self.held = True
+        self._cancel_no_input()
+        self.bridge.pause()
+        self.events.emit(ev.SUPERVISOR, action="pause")
+
+    def supervisor_transfer(self, uri: str) -> None:
+        self.interrupt(reason="supervisor", emit=False)
+        self.dialog.finished = True
+        self.held = self.paused = False
+        self.events.emit(ev.SUPERVISOR, action="transfer", to=uri)
+        self._speak_queue.put_nowait(Transfer(uri))
+
+    def supervisor_hangup(self) -> None:
+        self.interrupt(reason="supervisor", emit=False)
+        self.dialog.finished = True
+        self.events.emit(ev.SUPERVISOR, action="hangup")
+        self._speak_queue.put_nowait(Hangup())
+
+    def mark(self, note: str) -> None:
+        self.marked = note or "marked"
+        self.events.emit(ev.MARKED, note=self.marked)
+
     # ------------------------------------------------------------ no input
     def _start_no_input(self, timeout_s: float) -> None:
         self._cancel_no_input()
@@ -502,7 +574,7 @@ class CallSession:
 
     async def _no_input_after(self, timeout_s: float) -> None:
         await asyncio.sleep(timeout_s)
-        if not self.turns.in_speech:
+        if not self.turns.in_speech and not self.held:
             self.events.next_turn()
             self._in_flight += 1
             await self._decide(self.dialog.on_no_input)

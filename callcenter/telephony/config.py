@@ -29,7 +29,7 @@ class Listen(_Strict):
         try:
             ipaddress.ip_address(v)
         except ValueError:
-            raise ValueError(f"listen.host must be an IP address, got {v!r}") from None
+            raise ValueError(f"host must be an IP address, got {v!r}") from None
         return v
 
 
@@ -57,6 +57,17 @@ class Registration(_Strict):
         return value
 
 
+class Control(_Strict):
+    """The supervisor's control and event API (HTTP + WebSocket) on the agent server."""
+    host: str = Field("127.0.0.1", description="bind address; loopback by default")
+    port: int = Field(8470, ge=0, le=65535, description="0: pick a free port (written to the log)")
+    token_env: str = Field("CALLCENTER_TOKEN", description="environment variable holding the API token; "
+                                                            "when it is unset, a random token is written to "
+                                                            "<recordings>/.control-token (mode 600)")
+
+    _ip = field_validator("host")(Listen._ip.__func__)
+
+
 class SipConfig(_Strict):
     agent_user: str = Field("agent", description="the user part of the agent's SIP URI")
     listen: Listen = Listen()
@@ -65,6 +76,7 @@ class SipConfig(_Strict):
     codecs: list[Literal["PCMU", "PCMA"]] = Field(default_factory=lambda: ["PCMU", "PCMA"])
     recordings: Path = Path("recordings")
     registration: Registration | None = None
+    control: Control | None = Field(None, description="the supervisor API; off when absent")
 
 
 def load_sip_config(path: str | Path) -> SipConfig:

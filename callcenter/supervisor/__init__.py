@@ -1,0 +1,1 @@
+"""The supervisor's side: the control and event API on the agent server (and, later, its console)."""

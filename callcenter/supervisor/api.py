@@ -1,0 +1,280 @@
+"""The control and event API of an agent server, for the supervisor's console and other tools.
+
+aiohttp, on loopback by default, every request authenticated with a bearer token
+(`Authorization: Bearer T`, or `?token=T` for WebSocket clients that cannot set headers).
+
+- `GET  /api/calls` — the live calls: caller, flow and node, state, duration, last intent, levels.
+- `GET  /api/events` (WebSocket) — first `{"type": "hello", "calls": [...], "history": {call_id: [events]}}`,
+  then every call's events as they happen (`{"type": "event", "event": {...}}`, the same JSON as the
+  recordings' JSONL) and a `{"type": "calls", "calls": [...]}` table once a second.
+- `POST /api/calls/{id}/{action}` — `say {"text"}` (the agent speaks the sentence in the call's voice),
+  `take_over`, `release`, `pause`, `resume`, `transfer {"to"}`, `hangup`, `mark {"note"}`.
+- `GET  /api/flows` — the flow being served: name, version, digest, the checker's errors of a rejected edit.
+- `GET  /api/recordings[?limit=N]`, `GET /api/recordings/{day}/{name}` (events),
+  `GET /api/recordings/{day}/{name}.wav` — past calls.
+
+A slow or stuck client never holds a call up: each WebSocket has a bounded queue and loses its
+oldest messages (and is told how many) when it falls behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import WSMsgType, web
+
+from callcenter.dialog.flow import SIP_URI
+from callcenter.telephony.config import Control
+
+log = structlog.get_logger()
+
+CLIENT_QUEUE = 5000  # messages a WebSocket client may fall behind before its oldest are dropped
+TABLE_EVERY_S = 1.0
+MAX_SAY_CHARS = 500
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark")
+
+
+def control_token(control: Control, recordings: Path) -> str:
+    """The API token: from the environment variable named in the config, else a random one kept in
+    `<recordings>/.control-token` (mode 600) so a console on this machine can read it."""
+    token = os.environ.get(control.token_env, "").strip()
+    if token:
+        return token
+    path = Path(recordings) / ".control-token"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    log.warning("control_token_generated", path=str(path), env=control.token_env)
+    return token
+
+
+class _Client:
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+        self.queue: asyncio.Queue = asyncio.Queue(CLIENT_QUEUE)
+        self.dropped = 0
+
+    def send(self, message: dict) -> None:
+        if self.queue.full():
+            self.queue.get_nowait()
+            self.dropped += 1
+        self.queue.put_nowait(message)
+
+
+class ControlApi:
+    def __init__(self, agent, control: Control, recordings: Path, token: str):
+        self.agent = agent
+        self.control = control
+        self.recordings = Path(recordings)
+        self._token = token
+        self._clients: set[_Client] = set()
+        self._runner: web.AppRunner | None = None
+        self._table: asyncio.Task | None = None
+        self.url = ""
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> str:
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024)
+        app.router.add_get("/api/calls", self._calls)
+        app.router.add_get("/api/events", self._events)
+        app.router.add_post("/api/calls/{call_id}/{action}", self._action)
+        app.router.add_get("/api/flows", self._flows)
+        app.router.add_get("/api/recordings", self._recordings)
+        app.router.add_get("/api/recordings/{day}/{name}", self._recording)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.control.host, self.control.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://{self.control.host}:{port}"
+        self._table = asyncio.create_task(self._send_table())
+        log.info("control_listening", url=self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        if self._table:
+            self._table.cancel()
+        for client in list(self._clients):
+            await client.ws.close()
+        if self._runner:
+            await self._runner.cleanup()
+
+    def attach(self, live) -> None:
+        """Stream a new call's events to every connected console."""
+        live.events.subscribe(lambda ev: self._broadcast({"type": "event", "event": json.loads(ev.to_json())}))
+
+    def _broadcast(self, message: dict) -> None:
+        for client in list(self._clients):
+            client.send(message)
+
+    async def _send_table(self) -> None:
+        while True:
+            await asyncio.sleep(TABLE_EVERY_S)
+            if self._clients:
+                self._broadcast({"type": "calls", "calls": self._table_rows()})
+
+    # ------------------------------------------------------------ auth
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        given = request.headers.get("Authorization", "")
+        token = given[7:] if given.startswith("Bearer ") else request.query.get("token", "")
+        if not token or not hmac.compare_digest(token.encode(), self._token.encode()):
+            log.warning("control_unauthorized", path=request.path, remote=request.remote)
+            return web.json_response({"error": "missing or wrong token"}, status=401)
+        return await handler(request)
+
+    # ------------------------------------------------------------ calls
+    def _table_rows(self) -> list[dict]:
+        return [call_row(live) for live in list(self.agent.live.values()) if live.task is not None]
+
+    async def _calls(self, request: web.Request) -> web.Response:
+        return web.json_response({"calls": self._table_rows()})
+
+    async def _events(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=20)
+        await ws.prepare(request)
+        client = _Client(ws)
+        history = {cid: [json.loads(e.to_json()) for e in live.events.history]
+                   for cid, live in list(self.agent.live.items())}
+        client.send({"type": "hello", "calls": self._table_rows(), "history": history})
+        self._clients.add(client)
+        sender = asyncio.create_task(self._pump(client))
+        try:
+            async for msg in ws:  # the console only listens; anything it sends is ignored
+                if msg.type == WSMsgType.ERROR:
+                    break
+        finally:
+            self._clients.discard(client)
+            sender.cancel()
+        return ws
+
+    async def _pump(self, client: _Client) -> None:
+        reported = 0
+        while not client.ws.closed:
+            message = await client.queue.get()
+            if client.dropped != reported:
+                await client.ws.send_json({"type": "dropped", "messages": client.dropped - reported})
+                reported = client.dropped
+            await client.ws.send_json(message)
+
+    async def _action(self, request: web.Request) -> web.Response:
+        call_id, action = request.match_info["call_id"], request.match_info["action"]
+        live = self.agent.live.get(call_id)
+        if live is None or live.task is None:
+            return web.json_response({"error": f"no live call {call_id!r}"}, status=404)
+        if action not in ACTIONS:
+            return web.json_response({"error": f"unknown action {action!r}; one of {', '.join(ACTIONS)}"}, status=404)
+        try:
+            body = await request.json() if request.can_read_body else {}
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as exc:
+            return web.json_response({"error": f"bad JSON body: {exc}"}, status=400)
+        session = live.session
+        if action == "say":
+            text = str(body.get("text", "")).strip()
+            if not text or len(text) > MAX_SAY_CHARS:
+                return web.json_response({"error": f"say needs text of 1..{MAX_SAY_CHARS} characters"}, status=400)
+            if body.get("take_over"):
+                session.take_over()
+            session.supervisor_say(text)
+        elif action == "take_over":
+            session.take_over()
+        elif action in ("release", "resume"):
+            session.release()
+        elif action == "pause":
+            session.pause()
+        elif action == "transfer":
+            to = str(body.get("to", ""))
+            if not SIP_URI.match(to):
+                return web.json_response({"error": f"transfer needs a SIP URI in to, got {to!r}"}, status=400)
+            session.supervisor_transfer(to)
+        elif action == "hangup":
+            session.supervisor_hangup()
+        elif action == "mark":
+            session.mark(str(body.get("note", ""))[:MAX_SAY_CHARS])
+        log.info("control_action", call_id=call_id, action=action)
+        return web.json_response({"ok": True, "call": call_row(live)})
+
+    # ------------------------------------------------------------ flows and recordings
+    async def _flows(self, request: web.Request) -> web.Response:
+        lib = self.agent.flows
+        flow = lib.current
+        return web.json_response({"flows": [{"path": str(lib.path), "name": flow.name, "version": flow.version,
+                                             "digest": lib.digest, "reloads": lib.reloads, "errors": lib.errors,
+                                             "nodes": len(flow.nodes)}]})
+
+    async def _recordings(self, request: web.Request) -> web.Response:
+        try:
+            limit = max(1, min(1000, int(request.query.get("limit", "100"))))
+        except ValueError:
+            return web.json_response({"error": "limit must be a number"}, status=400)
+        files = sorted(self.recordings.glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+        return web.json_response({"recordings": [recording_summary(p) for p in files]})
+
+    async def _recording(self, request: web.Request) -> web.StreamResponse:
+        day, name = request.match_info["day"], request.match_info["name"]
+        if not _NAME.match(day) or not _NAME.match(name) or name.startswith("."):
+            return web.json_response({"error": "bad recording name"}, status=400)
+        base = self.recordings / day
+        if name.endswith(".wav"):
+            path = base / name
+            if not path.is_file():
+                return web.json_response({"error": "no such recording"}, status=404)
+            return web.FileResponse(path)
+        path = base / f"{name}.jsonl"
+        if not path.is_file():
+            return web.json_response({"error": "no such recording"}, status=404)
+        from callcenter.call.events import read_events
+
+        return web.json_response({"summary": recording_summary(path), "events": read_events(path)})
+
+
+def call_row(live) -> dict[str, Any]:
+    s = live.session
+    caller_db, agent_db = live.bridge.levels
+    return {
+        "call_id": live.call_id,
+        "caller": s.dialog.variables.get("caller", ""),
+        "flow": s.flow.name,
+        "flow_version": s.flow.version,
+        "node": s.dialog.node_name,
+        "state": s.state,
+        "started": live.started_wall,
+        "duration_s": round(time.time() - live.started_wall, 1),
+        "last_intent": s.dialog.variables.get("last_intent"),
+        "turn": live.events.turn,
+        "levels": {"caller_db": caller_db, "agent_db": agent_db},
+        "marked": s.marked,
+    }
+
+
+def recording_summary(jsonl: Path) -> dict[str, Any]:
+    from callcenter.call.events import read_events
+
+    events = read_events(jsonl)
+    first = events[0] if events else {}
+    last = events[-1] if events else {}
+    wav = jsonl.with_suffix(".wav")
+    return {
+        "day": jsonl.parent.name, "name": jsonl.stem, "call_id": first.get("call_id", jsonl.stem),
+        "flow": first.get("flow"), "started": first.get("wall"),
+        "duration_s": round(last.get("t", 0.0), 1), "ended_by": last.get("ended_by"),
+        "complete": last.get("kind") == "call_end", "wav": wav.name if wav.exists() else None,
+        "marked": next((e.get("note") for e in events if e.get("kind") == "marked"), None),
+        "turns": last.get("turn", 0),
+    }
