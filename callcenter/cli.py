@@ -137,6 +137,15 @@ def cmd_flows_check(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_tui(args) -> int:
+    from callcenter.supervisor.tui import run_tui
+
+    try:
+        return run_tui(args.connect or ["http://127.0.0.1:8470"], args.token, Path(args.recordings))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
 def cmd_flows_schema(args) -> int:
     from callcenter.dialog.flow import flow_schema
 
@@ -263,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_flows_check)
     s = f.add_parser("schema", help="print the JSON Schema of flow files (for yaml-language-server)")
     s.set_defaults(fn=cmd_flows_schema)
+
+    s = sub.add_parser("tui", help="the supervisor's console: live calls, transcripts, latency, actions")
+    s.add_argument("--connect", action="append", metavar="URL",
+                   help="an agent server's control API (repeat for several; default http://127.0.0.1:8470)")
+    s.add_argument("--token", default=None, help="API token (default: $CALLCENTER_TOKEN, else "
+                                                 "recordings/.control-token)")
+    s.add_argument("--recordings", default="recordings", help="where to look for .control-token")
+    s.set_defaults(fn=cmd_tui)
 
     s = sub.add_parser("test", help="run flow scenarios: a simulated caller against a flow, with checks")
     s.add_argument("files", nargs="+", help="scenario files (flows/tests/*.yaml)")

@@ -1,0 +1,150 @@
+"""What the supervisor's console knows about the floor: every live call of every connected agent
+server, each call's recent events, and the day's aggregates. Pure state, fed by the control API's
+messages; the Textual app only draws it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from callcenter.bench import turn_latencies
+
+MAX_EVENTS_PER_CALL = 2000
+MAX_FINISHED = 200  # ended calls kept for the aggregates and a last look
+# the stages of a turn, in order, as the waterfall shows them: (label, field of turn_latencies)
+WATERFALL = (("end of turn", "endpoint"), ("STT final", "stt"), ("flow", "flow"), ("LLM/webhook", "wait"),
+             ("TTS audio", "tts"), ("RTP out", "transport"))
+
+
+@dataclass
+class CallView:
+    server: str
+    call_id: str
+    row: dict[str, Any] = field(default_factory=dict)
+    events: deque = field(default_factory=lambda: deque(maxlen=MAX_EVENTS_PER_CALL))
+    partial: str = ""  # the caller's words so far in the current turn
+    ended: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.server}|{self.call_id}"
+
+    def transcript(self) -> list[tuple[str, str]]:
+        """(who, text) lines: caller finals, agent prompts, keys, decisions, supervisor actions."""
+        out = []
+        for e in self.events:
+            kind = e.get("kind")
+            if kind == "stt_final" and e.get("text"):
+                out.append(("caller", e["text"]))
+            elif kind == "dtmf" and not e.get("ignored"):
+                out.append(("keypad", e["digit"]))
+            elif kind == "agent_say":
+                out.append(("agent", e["text"]))
+            elif kind == "flow_decision":
+                what = e.get("intent") or e.get("via")
+                out.append(("flow", f"{e.get('node')} → {e.get('next_node')} ({what})"))
+            elif kind == "supervisor":
+                out.append(("supervisor", e.get("text") or e.get("action", "")))
+            elif kind == "transfer" and "accepted" in e:
+                out.append(("flow", f"transfer to {e.get('to')}: {'accepted' if e['accepted'] else 'failed'}"))
+            elif kind == "call_end":
+                out.append(("flow", f"call ended by {e.get('ended_by')}"))
+        return out
+
+    def turns(self) -> list[dict]:
+        return turn_latencies(list(self.events))
+
+
+class Floor:
+    def __init__(self, today: dt.date | None = None):
+        self.calls: dict[str, CallView] = {}
+        self.finished: deque[CallView] = deque(maxlen=MAX_FINISHED)
+        self.servers: dict[str, str] = {}  # url -> connected | disconnected: reason
+        self.today = today or dt.date.today()
+        self.seen_today: set[str] = set()
+        self.transfers = 0
+        self.abandoned = 0
+        self.voice_to_voice: deque[float] = deque(maxlen=2000)
+        self.dropped = 0
+
+    def view(self, server: str, call_id: str) -> CallView:
+        key = f"{server}|{call_id}"
+        if key not in self.calls:
+            self.calls[key] = CallView(server, call_id)
+        return self.calls[key]
+
+    def hello(self, server: str, message: dict) -> None:
+        for call_id, events in message.get("history", {}).items():
+            view = self.view(server, call_id)
+            view.events.clear()
+            for e in events:
+                self.event(server, e, replay=True)
+        self.table(server, message.get("calls", []))
+
+    def table(self, server: str, rows: list[dict]) -> None:
+        live = set()
+        for row in rows:
+            view = self.view(server, row["call_id"])
+            view.row = row
+            live.add(view.key)
+        for key, view in list(self.calls.items()):
+            if view.server == server and key not in live and (view.ended or view.row):
+                self._finish(key)
+
+    def event(self, server: str, e: dict, replay: bool = False) -> CallView:
+        view = self.view(server, e["call_id"])
+        view.events.append(e)
+        kind = e.get("kind")
+        if kind == "call_start":
+            day = dt.datetime.fromtimestamp(e.get("wall", 0)).date()
+            if day == self.today:
+                self.seen_today.add(view.key)
+        elif kind == "stt_partial":
+            view.partial = e.get("text", "")
+        elif kind in ("stt_final", "speech_start"):
+            view.partial = ""
+        elif kind == "first_rtp_out" and not replay:
+            for t in view.turns()[-1:]:
+                if t["turn"] == e.get("turn"):
+                    self.voice_to_voice.append(t["voice_to_voice"])
+        elif kind == "transfer" and e.get("accepted"):
+            self.transfers += 1
+        elif kind == "flow_decision" and e.get("next_node"):
+            view.row["node"] = e["next_node"]
+        elif kind == "call_end":
+            view.ended = True
+            spoke = any(x.get("kind") in ("stt_final", "dtmf") for x in view.events)
+            if e.get("ended_by") == "caller" and not spoke:
+                self.abandoned += 1
+            view.row["state"] = "ended"
+        return view
+
+    def _finish(self, key: str) -> None:
+        view = self.calls.pop(key)
+        self.finished.append(view)
+
+    def live(self) -> list[CallView]:
+        return sorted((v for v in self.calls.values() if v.row and not v.ended),
+                      key=lambda v: v.row.get("started") or 0)
+
+    def aggregates(self) -> dict[str, Any]:
+        v2v = sorted(self.voice_to_voice)
+
+        def pct(q: float) -> float | None:
+            if not v2v:
+                return None
+            return v2v[min(len(v2v) - 1, int(q * len(v2v)))]
+
+        return {"now": len(self.live()), "today": len(self.seen_today), "transfers": self.transfers,
+                "abandoned": self.abandoned,
+                "v2v_p50": statistics.median(v2v) if v2v else None, "v2v_p95": pct(0.95)}
+
+
+def waterfall(turn: dict) -> list[tuple[str, float, bool]]:
+    """(stage, seconds, is the slowest) for one turn."""
+    stages = [(label, max(0.0, float(turn.get(key, 0.0)))) for label, key in WATERFALL]
+    slowest = max(range(len(stages)), key=lambda i: stages[i][1])
+    return [(label, s, i == slowest) for i, (label, s) in enumerate(stages)]

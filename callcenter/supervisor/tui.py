@@ -1,0 +1,526 @@
+"""`callcenter tui`: the supervisor's console (Textual).
+
+One table of every live call on every connected agent server; the selected call's live transcript
+and a latency waterfall of its turns (which stage made the caller wait); the floor's aggregates; and
+actions on the selected call: say a sentence in the call's voice, take over / release, pause,
+transfer, hang up, mark for review. Past calls and the served flows are a key press away.
+
+Server traffic arrives as Textual messages. Bursts collapse: a newer calls table replaces a queued
+one from the same server, and a newer partial transcript replaces a queued partial of the same call
+(`can_replace`), so 50 busy calls do not flood the UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label, RichLog, Static
+
+from callcenter.supervisor.floor import Floor, waterfall
+
+RECONNECT_S = 2.0
+COLUMNS = ("caller", "flow / node", "state", "time", "intent", "in  out")
+WHO_STYLE = {"caller": "bold cyan", "agent": "bold green", "keypad": "bold magenta", "flow": "dim",
+             "supervisor": "bold yellow"}
+
+
+class Server:
+    """One agent server's control API."""
+
+    def __init__(self, url: str, token: str):
+        self.url = url.rstrip("/")
+        self.token = token
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def post(self, path: str, body: dict | None = None) -> dict:
+        import aiohttp
+
+        async with aiohttp.ClientSession(headers=self.headers, timeout=aiohttp.ClientTimeout(total=5)) as http:
+            async with http.post(self.url + path, json=body or {}) as r:
+                data = await r.json()
+                if r.status != 200:
+                    raise RuntimeError(data.get("error", f"HTTP {r.status}"))
+                return data
+
+    async def get(self, path: str) -> Any:
+        import aiohttp
+
+        async with aiohttp.ClientSession(headers=self.headers, timeout=aiohttp.ClientTimeout(total=5)) as http:
+            async with http.get(self.url + path) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}")
+                return await r.read() if path.endswith(".wav") else await r.json()
+
+
+# ------------------------------------------------------------------ messages
+class ServerState(Message):
+    def __init__(self, server: str, state: str):
+        super().__init__()
+        self.server, self.state = server, state
+
+
+class Hello(Message):
+    def __init__(self, server: str, data: dict):
+        super().__init__()
+        self.server, self.data = server, data
+
+
+class CallsUpdated(Message):
+    def __init__(self, server: str, calls: list[dict]):
+        super().__init__()
+        self.server, self.calls = server, calls
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CallsUpdated) and message.server == self.server
+
+
+class EventArrived(Message):
+    def __init__(self, server: str, event: dict):
+        super().__init__()
+        self.server, self.event = server, event
+
+    def can_replace(self, message: Message) -> bool:  # only a partial transcript gives way to a newer one
+        return (isinstance(message, EventArrived) and self.event.get("kind") == "stt_partial"
+                and message.event.get("kind") == "stt_partial" and message.server == self.server
+                and message.event.get("call_id") == self.event.get("call_id"))
+
+
+# ------------------------------------------------------------------ widgets and screens
+class Waterfall(Static):
+    """The last answered turn, stage by stage, the slowest in red: which stage made the caller wait."""
+
+    def show(self, turns: list[dict]) -> None:
+        if not turns:
+            self.update(Text("No answered turn yet.", style="dim"))
+            return
+        turn = turns[-1]
+        stages = waterfall(turn)
+        total = max(1e-3, sum(s for _, s, _ in stages))
+        width = max(4, (self.size.width or 30) - 22)
+        text = Text(f"turn {turn['turn']}: {turn['voice_to_voice'] * 1000:.0f} ms to reply\n", style="bold")
+        for label, seconds, slowest in stages:
+            bar = "█" * max(1 if seconds > 0 else 0, round(width * seconds / total))
+            text.append(f"{label:<11}{seconds * 1000:6.0f} ms ", style="bold red" if slowest else "")
+            text.append(bar + "\n", style="bold red" if slowest else "green")
+        self.update(text)
+
+
+class AskText(ModalScreen[str | None]):
+    """A one-line prompt: the sentence to say, the URI to transfer to, a note."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, placeholder: str = ""):
+        super().__init__()
+        self.title_text, self.placeholder = title, placeholder
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="ask"):
+            yield Label(self.title_text)
+            yield Input(placeholder=self.placeholder, id="ask-input")
+
+    @on(Input.Submitted)
+    def _done(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class RecordingsScreen(Screen):
+    BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("p", "play", "Play WAV"),
+                Binding("r", "refresh", "Refresh")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="recordings", cursor_type="row")
+        yield RichLog(id="recording-transcript", wrap=True, markup=False, min_width=20)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#recordings", DataTable)
+        table.add_columns("started", "flow", "length", "ended by", "marked")
+        self.rows: dict[str, tuple] = {}
+        self.action_refresh()
+
+    @work(exclusive=True)
+    async def action_refresh(self) -> None:
+        table = self.query_one("#recordings", DataTable)
+        table.clear()
+        self.rows = {}
+        for server in self.app.servers:
+            try:
+                recs = (await server.get("/api/recordings?limit=200"))["recordings"]
+            except Exception as exc:
+                self.notify(f"{server.url}: {exc}", severity="error")
+                continue
+            for rec in recs:
+                key = f"{server.url}|{rec['day']}|{rec['name']}"
+                self.rows[key] = (server, rec)
+                started = dt.datetime.fromtimestamp(rec["started"]).strftime("%m-%d %H:%M:%S") if rec["started"] else "?"
+                table.add_row(started, rec.get("flow") or "", f"{rec['duration_s']:.0f} s", rec.get("ended_by") or "—",
+                              rec.get("marked") or "", key=key)
+
+    @on(DataTable.RowHighlighted, "#recordings")
+    async def _show(self, event: DataTable.RowHighlighted) -> None:
+        server, rec = self.rows.get(event.row_key.value, (None, None))
+        if server is None:
+            return
+        log = self.query_one("#recording-transcript", RichLog)
+        log.clear()
+        try:
+            data = await server.get(f"/api/recordings/{rec['day']}/{rec['name']}")
+        except Exception as exc:
+            log.write(f"cannot load: {exc}")
+            return
+        from callcenter.supervisor.floor import CallView
+
+        view = CallView(server.url, rec["call_id"])
+        view.events.extend(data["events"])
+        for who, text in view.transcript():
+            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+
+    async def action_play(self) -> None:
+        table = self.query_one("#recordings", DataTable)
+        if table.cursor_row is None or not self.rows:
+            return
+        key = list(self.rows)[table.cursor_row]
+        server, rec = self.rows[key]
+        player = shutil.which("play") or shutil.which("aplay")
+        if not rec.get("wav") or not player:
+            self.notify("no WAV for this call" if not rec.get("wav") else "no audio player (sox play / aplay)",
+                        severity="warning")
+            return
+        data = await server.get(f"/api/recordings/{rec['day']}/{rec['wav']}")
+        path = Path(tempfile.mkdtemp()) / rec["wav"]
+        path.write_bytes(data)
+        proc = await asyncio.create_subprocess_exec(player, "-q", str(path), stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode:
+            self.notify(f"cannot play here (no audio device?): {err.decode(errors='replace')[-120:]}",
+                        severity="warning")
+
+
+class FlowsScreen(Screen):
+    BINDINGS = [Binding("escape,b", "app.pop_screen", "Back")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="flows", cursor_type="row")
+        yield RichLog(id="flow-errors", wrap=True, markup=False)
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        table = self.query_one("#flows", DataTable)
+        table.add_columns("server", "flow", "version", "digest", "reloads", "status")
+        log = self.query_one("#flow-errors", RichLog)
+        for server in self.app.servers:
+            try:
+                flows = (await server.get("/api/flows"))["flows"]
+            except Exception as exc:
+                table.add_row(server.url, "?", "", "", "", f"unreachable: {exc}")
+                continue
+            for f in flows:
+                status = "ok" if not f["errors"] else f"edit rejected: {len(f['errors'])} problems"
+                table.add_row(server.url, f["name"], str(f["version"]), f["digest"], str(f["reloads"]), status)
+                for problem in f["errors"]:
+                    log.write(problem)
+
+
+class SupervisorApp(App):
+    TITLE = "callcenter supervisor"
+    CSS = """
+    #calls { height: 1fr; min-height: 5; }
+    #detail { height: 2fr; }
+    #transcript { width: 3fr; border: round $primary; }
+    #waterfall { width: 2fr; border: round $secondary; padding: 0 1; }
+    #stats { height: 1; background: $boost; padding: 0 1; }
+    AskText { align: center middle; }
+    #ask { width: 70; height: auto; border: thick $primary; background: $surface; padding: 1 2; }
+    #recordings { height: 1fr; }
+    #recording-transcript { height: 1fr; border: round $primary; }
+    """
+    BINDINGS = [
+        Binding("s", "say", "Say"),
+        Binding("o", "take_over", "Take over"),
+        Binding("r", "release", "Release"),
+        Binding("p", "pause", "Pause"),
+        Binding("t", "transfer", "Transfer"),
+        Binding("h", "hangup", "Hang up"),
+        Binding("m", "mark", "Mark"),
+        Binding("R", "recordings", "Recordings"),
+        Binding("F", "flows", "Flows"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, servers: list[Server], connect: bool = True, today: dt.date | None = None):
+        super().__init__()
+        self.servers = servers
+        self.by_url = {s.url: s for s in servers}
+        self.floor = Floor(today)
+        self.selected: str | None = None
+        self._connect = connect
+
+    # ---- layout
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="calls", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="detail"):
+            yield RichLog(id="transcript", wrap=True, markup=False, min_width=20)
+            yield Waterfall(id="waterfall")
+        yield Static(id="stats")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#calls", DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        self.query_one("#transcript", RichLog).border_title = "transcript"
+        self.query_one("#waterfall", Waterfall).border_title = "latency of the last turn"
+        self._draw_stats()
+        if self._connect:
+            for server in self.servers:
+                self.run_worker(self._follow(server), exclusive=False, group="servers")
+
+    # ---- server connections
+    async def _follow(self, server: Server) -> None:
+        import aiohttp
+
+        while True:
+            try:
+                async with aiohttp.ClientSession(headers=server.headers) as http:
+                    async with http.ws_connect(server.url + "/api/events", heartbeat=20) as ws:
+                        self.post_message(ServerState(server.url, "connected"))
+                        async for msg in ws:
+                            if msg.type != aiohttp.WSMsgType.TEXT:
+                                break
+                            data = msg.json()
+                            kind = data.get("type")
+                            if kind == "event":
+                                self.post_message(EventArrived(server.url, data["event"]))
+                            elif kind == "calls":
+                                self.post_message(CallsUpdated(server.url, data["calls"]))
+                            elif kind == "hello":
+                                self.post_message(Hello(server.url, data))
+                            elif kind == "dropped":
+                                self.floor.dropped += data.get("messages", 0)
+                self.post_message(ServerState(server.url, "disconnected"))
+            except Exception as exc:
+                reason = "wrong token" if "401" in str(exc) else str(exc) or type(exc).__name__
+                self.post_message(ServerState(server.url, f"disconnected: {reason}"))
+            await asyncio.sleep(RECONNECT_S)
+
+    def on_server_state(self, message: ServerState) -> None:
+        self.floor.servers[message.server] = message.state
+        self._draw_stats()
+
+    def on_hello(self, message: Hello) -> None:
+        self.floor.hello(message.server, message.data)
+        self._draw_table()
+        self._draw_detail()
+
+    def on_calls_updated(self, message: CallsUpdated) -> None:
+        self.floor.table(message.server, message.calls)
+        self._draw_table()
+        self._draw_stats()
+
+    def on_event_arrived(self, message: EventArrived) -> None:
+        view = self.floor.event(message.server, message.event)
+        if view.key == self.selected:
+            self._append(message.event)
+        if message.event.get("kind") in ("call_start", "call_end", "first_rtp_out"):
+            self._draw_stats()
+
+    # ---- drawing
+    def _draw_table(self) -> None:
+        table = self.query_one("#calls", DataTable)
+        live = self.floor.live()
+        keys = {v.key for v in live}
+        for row_key in list(table.rows):
+            if row_key.value not in keys:
+                table.remove_row(row_key)
+        for view in live:
+            cells = self._cells(view)
+            if view.key in table.rows:
+                for name, value in zip(COLUMNS, cells):
+                    table.update_cell(view.key, name, value)
+            else:
+                table.add_row(*cells, key=view.key)
+        if self.selected not in keys and live:
+            self._select(live[0].key)
+        elif not live and self.selected is not None:
+            self.selected = None
+            self._draw_detail()
+
+    @staticmethod
+    def _cells(view) -> list:
+        row = view.row
+        levels = row.get("levels", {})
+        state = row.get("state", "")
+        style = {"taken over": "bold yellow", "paused": "yellow", "talking": "green", "transferring": "magenta",
+                 "bridged": "magenta"}.get(state, "")
+        seconds = int(row.get("duration_s", 0))
+        marked = " ✎" if row.get("marked") else ""
+        return [
+            Text(str(row.get("caller", "")).removeprefix("sip:").split("@")[0][:15]),
+            Text(f"{row.get('flow', '')}/{row.get('node', '')}"[:18]),
+            Text((state + marked)[:11], style=style),
+            f"{seconds // 60}:{seconds % 60:02d}",
+            str(row.get("last_intent") or "—")[:9],
+            Text.assemble(_meter(levels.get("caller_db", -96)), " ", _meter(levels.get("agent_db", -96))),
+        ]
+
+    def _draw_stats(self) -> None:
+        a = self.floor.aggregates()
+        v2v = (f"{a['v2v_p50'] * 1000:.0f}/{a['v2v_p95'] * 1000:.0f} ms" if a["v2v_p50"] is not None else "—")
+        down = [u for u, s in self.floor.servers.items() if s != "connected"]
+        servers = f"{len(self.floor.servers) - len(down)}/{len(self.servers)} servers"
+        text = Text(f"now {a['now']}  today {a['today']}  v2v p50/p95 {v2v}  transfers {a['transfers']}  "
+                    f"abandoned {a['abandoned']}  {servers}")
+        if down:
+            text.append(f"  {down[0]}: {self.floor.servers[down[0]]}", style="bold red")
+        self.query_one("#stats", Static).update(text)
+
+    def _select(self, key: str | None) -> None:
+        self.selected = key
+        self._draw_detail()
+
+    def _draw_detail(self) -> None:
+        log = self.query_one("#transcript", RichLog)
+        log.clear()
+        view = self.floor.calls.get(self.selected) if self.selected else None
+        if view is None:
+            log.write(Text("No call selected.", style="dim"))
+            self.query_one("#waterfall", Waterfall).show([])
+            return
+        log.border_title = f"transcript {view.row.get('caller', view.call_id)}"
+        for who, text in view.transcript():
+            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+        self.query_one("#waterfall", Waterfall).show(view.turns())
+
+    def _append(self, event: dict) -> None:
+        from callcenter.supervisor.floor import CallView
+
+        one = CallView("", "")
+        one.events.append(event)
+        log = self.query_one("#transcript", RichLog)
+        for who, text in one.transcript():
+            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+        if event.get("kind") == "stt_partial":
+            self.query_one("#transcript", RichLog).border_subtitle = f"hearing: {event.get('text', '')[-50:]}"
+        elif event.get("kind") in ("stt_final", "speech_start"):
+            self.query_one("#transcript", RichLog).border_subtitle = ""
+        if event.get("kind") == "first_rtp_out":
+            self.query_one("#waterfall", Waterfall).show(self.floor.calls[self.selected].turns())
+
+    @on(DataTable.RowHighlighted, "#calls")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value != self.selected:
+            self._select(event.row_key.value)
+
+    # ---- actions on the selected call
+    def _target(self):
+        view = self.floor.calls.get(self.selected) if self.selected else None
+        if view is None:
+            self.notify("no call selected", severity="warning")
+            return None, None
+        return self.by_url.get(view.server), view
+
+    async def _act(self, action: str, body: dict | None = None) -> None:
+        server, view = self._target()
+        if server is None:
+            return
+        try:
+            data = await server.post(f"/api/calls/{view.call_id}/{action}", body)
+        except Exception as exc:
+            self.notify(f"{action}: {exc}", severity="error")
+            return
+        view.row.update(data.get("call", {}))
+        self._draw_table()
+
+    def _ask(self, title: str, placeholder: str, then) -> None:
+        if self._target()[0] is None:
+            return
+        self.push_screen(AskText(title, placeholder), then)
+
+    def action_say(self) -> None:
+        self._ask("Say to the caller (the flow goes on afterwards):", "a sentence",
+                  lambda text: text and self.run_worker(self._act("say", {"text": text})))
+
+    def action_take_over(self) -> None:
+        self._ask("Take over: say to the caller (the flow waits until you release):", "a sentence",
+                  lambda text: text and self.run_worker(self._act("say", {"text": text, "take_over": True})))
+
+    async def action_release(self) -> None:
+        await self._act("release")
+
+    async def action_pause(self) -> None:
+        await self._act("pause")
+
+    def action_transfer(self) -> None:
+        self._ask("Transfer to (SIP URI):", "sip:desk@pbx.example",
+                  lambda uri: uri and self.run_worker(self._act("transfer", {"to": uri})))
+
+    async def action_hangup(self) -> None:
+        await self._act("hangup")
+
+    def action_mark(self) -> None:
+        self._ask("Mark for review (note):", "why",
+                  lambda note: self.run_worker(self._act("mark", {"note": note or "marked"})))
+
+    def action_recordings(self) -> None:
+        self.push_screen(RecordingsScreen())
+
+    def action_flows(self) -> None:
+        self.push_screen(FlowsScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for title, help_text, action in (
+            ("Say to the caller", "The agent speaks a sentence in the call's voice", self.action_say),
+            ("Take over the call", "Speak for the agent; the flow waits until released", self.action_take_over),
+            ("Release the call", "Give the call back to the flow", self.action_release),
+            ("Pause the agent", "Hold the agent's voice and the flow", self.action_pause),
+            ("Transfer the call", "Blind transfer to a SIP URI", self.action_transfer),
+            ("Hang up the call", "End the selected call", self.action_hangup),
+            ("Mark the call for review", "Note on the recording", self.action_mark),
+            ("Recordings", "Past calls, transcripts, audio", self.action_recordings),
+            ("Flows", "Loaded flows, versions, rejected edits", self.action_flows),
+        ):
+            yield SystemCommand(title, help_text, action)
+
+
+def _meter(db: float) -> Text:
+    """A 4-cell level meter for -60..0 dBFS."""
+    filled = max(0, min(4, round((db + 60) / 15)))
+    return Text("▮" * filled + "▯" * (4 - filled), style="green" if filled < 4 else "red")
+
+
+def run_tui(urls: list[str], token: str | None, recordings: Path = Path("recordings")) -> int:
+    import os
+
+    token = token or os.environ.get("CALLCENTER_TOKEN", "")
+    if not token and (recordings / ".control-token").exists():
+        token = (recordings / ".control-token").read_text().strip()
+    if not token:
+        raise ValueError("no API token: pass --token, set CALLCENTER_TOKEN, or run next to the server's "
+                         "recordings/.control-token")
+    SupervisorApp([Server(u, token) for u in urls]).run()
+    return 0
