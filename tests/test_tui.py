@@ -189,3 +189,24 @@ def test_pilot_takes_over_a_live_sip_call(tmp_path, stt):
     finally:
         phone.close()
         agent.stop()
+
+
+def test_two_servers_share_one_table_and_the_palette_opens_screens():
+    async def main():
+        app = SupervisorApp([Server("http://10.0.0.1:8470", "t"), Server("http://10.0.0.2:8470", "t")],
+                            connect=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            for url in ("http://10.0.0.1:8470", "http://10.0.0.2:8470"):
+                for ev in call_events("same-id"):
+                    app.post_message(EventArrived(url, ev))
+                app.post_message(CallsUpdated(url, [row("same-id")]))
+            await pilot.pause()
+            assert app.query_one("#calls").row_count == 2  # same Call-ID on two workers: two calls
+            await pilot.press("ctrl+p")
+            await pilot.press(*"Flows")
+            await pilot.press("enter")
+            await pilot.pause(0.5)
+            assert app.screen.__class__.__name__ == "FlowsScreen"
+            assert app.screen.query_one("#flows").row_count == 2  # one row per server, both unreachable
+
+    asyncio.run(main())

@@ -139,7 +139,7 @@ class ControlApi:
 
     # ------------------------------------------------------------ calls
     def _table_rows(self) -> list[dict]:
-        return [call_row(live) for live in list(self.agent.live.values()) if live.task is not None]
+        return [call_row(live) for live in list(self.agent.live.values())]
 
     async def _calls(self, request: web.Request) -> web.Response:
         return web.json_response({"calls": self._table_rows()})
@@ -253,7 +253,7 @@ def call_row(live) -> dict[str, Any]:
         "flow": s.flow.name,
         "flow_version": s.flow.version,
         "node": s.dialog.node_name,
-        "state": s.state,
+        "state": s.state if live.task is not None else "ringing",
         "started": live.started_wall,
         "duration_s": round(time.time() - live.started_wall, 1),
         "last_intent": s.dialog.variables.get("last_intent"),
