@@ -51,6 +51,13 @@ def test_conditions_cannot_run_code(source):
         parse_expr(source)
 
 
+def test_arithmetic_is_for_numbers_only():
+    assert parse_expr("'x' * 1000000000 == 'y'").truth({}) is False  # refused, not a gigabyte string
+    assert parse_expr("total * 2").eval({"total": "21"}) == 42.0
+    with pytest.raises(TypeError):
+        parse_expr("name * 3").eval({"name": "Dana"})
+
+
 def test_templates():
     v = {"name": "Dana", "account": "47219183", "vip": True, "n": 3.0}
     assert render("Hi {name}, account {account|digits}.", v) == "Hi Dana, account 4 7 2 1 9 1 8 3."

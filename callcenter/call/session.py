@@ -483,7 +483,7 @@ class CallSession:
             self.bridge.end_utterance(utt)
             await self._played[utt].wait()
         path = voicemail_path(self.events.path, self.call_id)
-        self._voicemail = VoicemailRecorder(path, action.max_s, action.end_silence_s, self.events.now())
+        self._voicemail = VoicemailRecorder(path, action.max_s, action.end_silence_s)
         self.events.emit(ev.VOICEMAIL, state="recording", path=str(path) if path else None)
         try:
             reason = await self._voicemail.done()

@@ -75,6 +75,7 @@ class SimulatedLine:
         self.transferred_to: str | None = None
         self.hung_up = False
         self.accept_transfer = accept_transfer
+        self.summary: str | None = None  # what a warm transfer told the person
 
     async def hangup(self) -> None:
         self.hung_up = True

@@ -38,7 +38,7 @@ def voicemail_path(events_path: Path | None, call_id: str) -> Path | None:
 
 
 class VoicemailRecorder:
-    def __init__(self, path: Path | None, max_s: float, end_silence_s: float, now: float):
+    def __init__(self, path: Path | None, max_s: float, end_silence_s: float):
         self.writer = WavWriter(path, 1) if path is not None else None
         self.max_frames = int(max_s * 1000 / FRAME_MS)
         self.end_silence_frames = int(end_silence_s * 1000 / FRAME_MS)

@@ -104,8 +104,9 @@ def _eval(node: ast.AST, v: dict[str, Any]) -> Any:
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, v)
         return (not value) if isinstance(node.op, ast.Not) else -value
-    if isinstance(node, ast.BinOp):
-        return _ARITH[type(node.op)](_eval(node.left, v), _eval(node.right, v))
+    if isinstance(node, ast.BinOp):  # numbers only: "'x' * 10**9" must not build a gigabyte string
+        left, right = _number(_eval(node.left, v)), _number(_eval(node.right, v))
+        return _ARITH[type(node.op)](left, right)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, v)
         for op, comp in zip(node.ops, node.comparators):
@@ -117,6 +118,17 @@ def _eval(node: ast.AST, v: dict[str, Any]) -> Any:
             left = right
         return True
     raise ExprError(f"cannot evaluate {type(node).__name__}")  # parse_expr lets nothing else through
+
+
+def _number(x: Any) -> float | int:
+    if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+        raise TypeError(f"not a number: {x!r}")
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            raise TypeError(f"not a number: {x!r}") from None
+    return x
 
 
 def _coerce(a: Any, b: Any) -> Any:

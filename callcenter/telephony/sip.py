@@ -29,6 +29,7 @@ from callcenter.telephony.config import SipConfig
 log = structlog.get_logger()
 
 POLL_MS = 5
+PORT_RETIRE_S = 2.0  # a finished call's conference port is freed this long after the call
 CODEC_IDS = {"PCMU": "PCMU/8000/1", "PCMA": "PCMA/8000/1"}
 SIP_BUSY_HERE = 486
 SIP_RINGING = 180
@@ -68,14 +69,19 @@ class _BridgePort(pj.AudioMediaPort):
     def __init__(self, bridge) -> None:
         super().__init__()
         self.bridge = bridge
+        self.closed = False  # set when its call ends; callbacks still in flight then do nothing
 
     def onFrameRequested(self, frame):  # noqa: N802 (pjsua2 name)
+        if self.closed:
+            return
         try:
             write_frame(frame, self.bridge.agent_frame())
         except Exception:  # never let an exception cross into pjmedia's clock thread
             log.exception("media_out_failed")
 
     def onFrameReceived(self, frame):  # noqa: N802
+        if self.closed:
+            return
         try:
             if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO:
                 self.bridge.caller_frame(read_frame(frame))
@@ -137,7 +143,14 @@ class SipCall(pj.Call):
         self.port = port
 
     def _disconnect_media(self) -> None:
-        self.port = None  # the conference port is removed when the Python object goes
+        """The call is gone. Its conference port must not be destroyed at once: pjmedia's clock
+        thread may be inside one of its callbacks right now (a caller's BYE races the 20 ms tick),
+        and freeing it under that callback froze the endpoint. The port goes quiet now and is freed
+        by the SIP thread PORT_RETIRE_S later, when nothing is connected to it any more."""
+        if self.port is not None:
+            self.port.closed = True
+            self.endpoint.retire_port(self.port)
+            self.port = None
 
     def onDtmfDigit(self, prm):  # noqa: N802
         self._notify("on_dtmf", prm.digit)
@@ -208,6 +221,7 @@ class SipEndpoint:
         self._start_error: BaseException | None = None
         self.calls: dict[str, SipCall] = {}
         self._graveyard: list[SipCall] = []
+        self._retired_ports: list[tuple[float, _BridgePort]] = []
         self.rejected_busy = 0
 
     # ---------------------------------------------------------------- threads
@@ -258,6 +272,9 @@ class SipEndpoint:
                 ep.libHandleEvents(POLL_MS)
                 self._drain_commands()
                 self._graveyard.clear()
+                if self._retired_ports and self._retired_ports[0][0] <= time.monotonic():
+                    now = time.monotonic()
+                    self._retired_ports = [(t, p) for t, p in self._retired_ports if t > now]
         finally:
             self._shutdown(ep)
 
@@ -338,6 +355,7 @@ class SipEndpoint:
             call.port = None
         self.calls.clear()
         self._graveyard.clear()
+        self._retired_ports.clear()
         try:
             self.account.shutdown()
         except Exception:
@@ -382,6 +400,9 @@ class SipEndpoint:
         self.calls[call.info.call_id] = call
         log.info("sip_call_out", to=uri, sip_call_id=call.info.call_id)
         return call
+
+    def retire_port(self, port: _BridgePort) -> None:
+        self._retired_ports.append((time.monotonic() + PORT_RETIRE_S, port))
 
     def forget(self, call: SipCall) -> None:
         if call.info:
