@@ -29,7 +29,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Pause, Record, Say, Think, Transfer
+from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, load_flow
 from callcenter.dialog.services import FlowServices
 from callcenter.yamlfile import UserFileError, load_model
@@ -253,7 +253,7 @@ class TextCall:
         for action in actions:
             if isinstance(action, Say):
                 self._said(action.text)
-            elif isinstance(action, (Listen, Pause)):
+            elif isinstance(action, (Listen, Silence)):
                 pass
             elif isinstance(action, Fetch):
                 r = await self.services.fetch(action)

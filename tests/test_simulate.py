@@ -136,3 +136,17 @@ def test_one_key_heard_both_ways_counts_once(flow, stt, tts, tmp_path):
         return [(e.data["digit"], e.data.get("ignored", False)) for e in events.history if e.kind == "dtmf"]
 
     assert asyncio.run(main()) == [("1", False), ("A", True)]
+
+
+def test_a_say_nodes_pause_is_silence_on_the_line(tmp_path, stt, tts):
+    from callcenter.dialog.flow import load_flow
+
+    (tmp_path / "f.yaml").write_text(
+        "name: p\nvoice: ssm:joe\nstart: a\nnodes:\n"
+        "  a: {type: say, text: One., pause_ms: 1500, next: b}\n"
+        "  b: {type: hangup, text: Two.}\n")
+    flow = load_flow(tmp_path / "f.yaml")
+    result, events = asyncio.run(simulate_call(flow, [], tmp_path / "out", stt, tts, call_id="pause"))
+    done_one = next(e.t for e in events.history if e.kind == "playout_done" and e.data["utterance"] == 1)
+    say_two = next(e.t for e in events.history if e.kind == "agent_say" and e.data["text"] == "Two.")
+    assert 1.4 <= say_two - done_one < 2.5 and result.ended_by == "agent"

@@ -25,8 +25,9 @@ from callcenter.audio.frames import SAMPLE_RATE, silence
 from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
+from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 from callcenter.dialog.digits import digits_hint
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Pause, Record, Say, Think, Transfer
+from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
 from callcenter.dialog.flow import DTMF_DIGITS, Flow
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig, LineFront
@@ -34,7 +35,6 @@ from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
                                       Turn, TurnDetector)
 from callcenter.telephony.dtmf import InbandDtmf
-from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 
 log = structlog.get_logger()
 
@@ -389,7 +389,7 @@ class CallSession:
             action = await self._speak_queue.get()
             if isinstance(action, Say):
                 await self._say(action.text, action.voice)
-            elif isinstance(action, Pause):
+            elif isinstance(action, Silence):
                 await asyncio.sleep(action.ms / 1000)
             elif isinstance(action, Listen):
                 self._start_no_input(action.timeout_s)
@@ -420,6 +420,8 @@ class CallSession:
                 await self.control.hangup()
                 self.end("agent")
                 return
+            else:  # a new action kind nobody taught this loop: say so instead of dropping it silently
+                self.log.error("unknown_action", action=repr(action))
 
     async def _say(self, text: str, voice=None) -> None:
         self._utterance += 1

@@ -35,7 +35,8 @@ class Say:
 
 
 @dataclass(frozen=True)
-class Pause:
+class Silence:
+    """Say nothing for this long (a say node's pause_ms)."""
     ms: int
 
 
@@ -112,7 +113,7 @@ class Record:
     beep: bool
 
 
-Action = Say | Pause | Listen | Transfer | Hangup | Fetch | Think | Record
+Action = Say | Silence | Listen | Transfer | Hangup | Fetch | Think | Record
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ class Dialog:
             if isinstance(node, SayNode):
                 actions.append(self._say(node.text, node))
                 if node.pause_ms:
-                    actions.append(Pause(node.pause_ms))
+                    actions.append(Silence(node.pause_ms))
                 name = node.next
                 continue
             if isinstance(node, SetNode):
