@@ -114,9 +114,29 @@ def cmd_transcribe(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    if args.workers > 1:
+        from callcenter.workers import WorkerPool
+
+        return WorkerPool(args.config, args.flow, args.workers, args.stt_model).run()
     from callcenter.server import serve
 
     return serve(args.config, args.flow, stt_model=args.stt_model)
+
+
+def cmd_kamailio_config(args) -> int:
+    from callcenter.telephony.config import load_sip_config
+    from callcenter.telephony.kamailio import write_kamailio_config
+    from callcenter.workers import worker_uris
+
+    workers = list(args.worker or [])
+    if args.config:
+        workers += worker_uris(load_sip_config(args.config), args.workers)
+    if not workers:
+        raise CliError("name the workers: --config CONFIG --workers N (as serve --workers N runs them), "
+                       "or --worker sip:HOST:PORT for each")
+    cfg = write_kamailio_config(args.out, args.listen, workers)
+    print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -216,7 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default="sip_configs/local.yaml")
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--stt-model", default=None, help="a faster-whisper model directory (default: tiny.en)")
+    s.add_argument("--workers", type=int, default=1,
+                   help="run N supervised worker processes on ports listen.port+i (put Kamailio in front)")
     s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("kamailio-config", help="write a Kamailio load-balancer config for the workers")
+    s.add_argument("--config", default=None, help="the SIP config serve --workers uses")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--worker", action="append", help="a worker's SIP URI (sip:10.0.0.5:5062), repeatable")
+    s.add_argument("--listen", default="127.0.0.1:5060", help="where Kamailio listens (host:port)")
+    s.add_argument("--out", default="build/kamailio")
+    s.set_defaults(fn=cmd_kamailio_config)
 
     s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")
     s.add_argument("--config", default="sip_configs/local.yaml")

@@ -44,7 +44,8 @@ class LiveCall:
         self.bridge = MediaBridge(loop, self.recorder, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts, variables=caller_variables(info.remote_uri),
-                                   flow_digest=agent.flows.digest)
+                                   flow_digest=agent.flows.digest,
+                                   worker=f"{agent.config.listen.host}:{agent.config.listen.port}")
         self._transfer: asyncio.Future | None = None
         self.consult: ConsultLeg | None = None
         self.task: asyncio.Task | None = None

@@ -74,10 +74,12 @@ class CallSession:
         variables: dict | None = None,
         flow_digest: str | None = None,
         now=None,
+        worker: str | None = None,
     ):
         self.call_id = call_id
         self.flow = flow
         self.flow_digest = flow_digest
+        self.worker = worker  # which agent process took the call (serve --workers)
         self.bridge = bridge
         self.control = control
         self.events = events
@@ -91,6 +93,7 @@ class CallSession:
         self.held = False  # a supervisor took the call over (or paused it): the flow does not act
         self.paused = False
         self.marked: str | None = None
+        self._supervisor_transfer = False
         self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
         self.turns = TurnDetector(self.hearing.turns)
@@ -116,7 +119,8 @@ class CallSession:
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
         self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version,
-                         **({"flow_digest": self.flow_digest} if self.flow_digest else {}))
+                         **({"flow_digest": self.flow_digest} if self.flow_digest else {}),
+                         **({"worker": self.worker} if self.worker else {}))
         self._tasks = [
             asyncio.create_task(self._hear(), name=f"{self.call_id}-hear"),
             asyncio.create_task(self._speak(), name=f"{self.call_id}-speak"),
@@ -412,6 +416,9 @@ class CallSession:
                     self.end("transfer")
                     return
                 self._ending_by = None
+                if self._supervisor_transfer:  # the supervisor's own transfer failed: the flow carries on
+                    self._supervisor_transfer = False
+                    continue
                 await self._decide(self.dialog.on_transfer_failed, caller_input=False)
             elif isinstance(action, Hangup):
                 await asyncio.sleep(GOODBYE_GRACE_S)
@@ -548,9 +555,10 @@ class CallSession:
         self.events.emit(ev.SUPERVISOR, action="pause")
 
     def supervisor_transfer(self, uri: str) -> None:
+        """Blind transfer now. If the caller's phone refuses it, the call goes on where it was."""
         self.interrupt(reason="supervisor", emit=False)
-        self.dialog.finished = True
         self.held = self.paused = False
+        self._supervisor_transfer = True
         self.events.emit(ev.SUPERVISOR, action="transfer", to=uri)
         self._speak_queue.put_nowait(Transfer(uri))
 

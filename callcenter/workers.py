@@ -1,0 +1,93 @@
+"""`callcenter serve --workers N`: N agent processes, each with its own pjsua2 endpoint (SIP port,
+RTP range, control port) and its own models, supervised: a worker that dies is reported and
+restarted; its calls are lost, everything else goes on. Kamailio (`callcenter kamailio-config`)
+spreads calls over them. All workers write to the same recordings folder (the call log included)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import structlog
+import yaml
+
+from callcenter.telephony.config import SipConfig, load_sip_config
+
+log = structlog.get_logger()
+
+RTP_PORTS_PER_WORKER = 1000
+RESTART_AFTER_S = 1.0
+WATCH_S = 0.2
+
+
+def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple[Path, SipConfig]]:
+    """Worker i listens on listen.port + i, RTP from rtp_port + 1000·i, control port + i."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(workers):
+        data = config.model_dump(mode="json")
+        data["listen"]["port"] = config.listen.port + i
+        data["rtp_port"] = config.rtp_port + RTP_PORTS_PER_WORKER * i
+        data["recordings"] = str(Path(config.recordings).resolve())
+        if config.control is not None:
+            data["control"]["port"] = config.control.port + i if config.control.port else 0
+        path = run_dir / f"worker-{i}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        out.append((path, SipConfig.model_validate(data)))
+    return out
+
+
+def worker_uris(config: SipConfig, workers: int) -> list[str]:
+    return [f"sip:{config.listen.host}:{config.listen.port + i}" for i in range(workers)]
+
+
+class WorkerPool:
+    def __init__(self, config_path: str, flow: str, workers: int, stt_model: str | None = None):
+        self.config = load_sip_config(config_path)
+        self.flow = flow
+        self.stt_model = stt_model
+        self.configs = worker_configs(self.config, workers, Path(self.config.recordings) / ".workers")
+        self.procs: list[subprocess.Popen | None] = [None] * workers
+        self.restarts = [0] * workers
+        self._stopping = False
+
+    def _start(self, i: int) -> None:
+        path, cfg = self.configs[i]
+        cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(path), "--flow", self.flow]
+        if self.stt_model:
+            cmd += ["--stt-model", self.stt_model]
+        self.procs[i] = subprocess.Popen(cmd)
+        log.info("worker_started", worker=i, pid=self.procs[i].pid,
+                 sip=f"{cfg.listen.host}:{cfg.listen.port}", restarts=self.restarts[i])
+
+    def run(self) -> int:
+        def stop(*_):
+            self._stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        for i in range(len(self.procs)):
+            self._start(i)
+        while not self._stopping:
+            time.sleep(WATCH_S)
+            for i, proc in enumerate(self.procs):
+                if proc is not None and proc.poll() is not None and not self._stopping:
+                    log.error("worker_died", worker=i, pid=proc.pid, returncode=proc.returncode,
+                              note="its calls are lost; restarting")
+                    time.sleep(RESTART_AFTER_S)
+                    self.restarts[i] += 1
+                    self._start(i)
+        for proc in self.procs:
+            if proc and proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            if proc:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        log.info("workers_stopped")
+        return 0

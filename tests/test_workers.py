@@ -1,0 +1,135 @@
+"""`serve --workers 2` behind a real Kamailio (`callcenter kamailio-config`) on loopback: sipp calls
+are spread over both workers; a worker killed with -9 is routed around within seconds, reported and
+restarted, and takes calls again once it is back."""
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from callcenter.call.events import read_events
+from tests.conftest import FLOW, free_udp_port
+
+pytestmark = [pytest.mark.sip, pytest.mark.slow]
+ROUTED_UAC = Path(__file__).resolve().parent / "sipp" / "uac_routed.xml"
+
+if not shutil.which("kamailio") or not shutil.which("sipp"):
+    pytest.skip("kamailio and sipp are needed (scripts/setup installs them)", allow_module_level=True)
+
+
+def two_free_ports() -> int:
+    import socket
+
+    while True:
+        port = free_udp_port()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+
+
+def wait_for(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sipp_calls(port: int, calls: int, cwd: Path, tag: str) -> dict:
+    stat = cwd / f"{tag}.csv"
+    # sipp's built-in uac sends ACK and BYE to the request URI, ignoring the Record-Route; this one
+    # follows it, as phones do
+    subprocess.run(["sipp", "-sf", str(ROUTED_UAC), f"127.0.0.1:{port}", "-s", "agent", "-i", "127.0.0.1", "-p", "0",
+                    "-m", str(calls), "-l", str(calls), "-r", "2", "-d", "2500", "-timeout", "60", "-nostdin",
+                    "-trace_stat", "-stf", str(stat)], cwd=cwd, capture_output=True, timeout=90)
+    rows = stat.read_text().splitlines()
+    return dict(zip(rows[0].split(";"), rows[-1].split(";")))
+
+
+def workers_of(recordings: Path, since: float = 0.0) -> list[str]:
+    out = []
+    for jsonl in recordings.glob("*/*.jsonl"):
+        events = read_events(jsonl)
+        if events and events[0].get("wall", 0) >= since:
+            out.append(events[0].get("worker"))
+    return out
+
+
+def log_lines(path: Path, event: str) -> list[dict]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if f'"{event}"' in line:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
+    sip, balancer = two_free_ports(), free_udp_port()
+    recordings = tmp_path / "recordings"
+    config = tmp_path / "sip.yaml"
+    config.write_text(f"listen: {{host: 127.0.0.1, port: {sip}}}\nrtp_port: 31000\nmax_calls: 4\n"
+                      f"recordings: {recordings}\n")
+    log = tmp_path / "workers.log"
+    pool = subprocess.Popen([sys.executable, "-m", "callcenter.cli", "serve", "--workers", "2", "--config",
+                             str(config), "--flow", str(FLOW)], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    kamailio = None
+    try:
+        wait_for(lambda: len(log_lines(log, "sip_listening")) >= 2, 120, "two workers listening")
+        out = subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--config", str(config),
+                              "--workers", "2", "--listen", f"127.0.0.1:{balancer}", "--out", str(tmp_path / "kam")],
+                             capture_output=True, text=True, check=True)
+        cfg = tmp_path / "kam" / "kamailio.cfg"
+        assert str(cfg) in out.stdout
+        kam_log = tmp_path / "kamailio.log"
+        kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(tmp_path / "kam.pid")],
+                                    stdout=subprocess.DEVNULL, stderr=open(kam_log, "wb"))
+        time.sleep(2.0)
+        assert kamailio.poll() is None, kam_log.read_text()[-3000:]
+
+        row = sipp_calls(balancer, 4, tmp_path, "spread")
+        assert int(row["SuccessfulCall(C)"]) == 4, row
+        wait_for(lambda: len(workers_of(recordings)) == 4, 10, "four recorded calls")
+        spread = workers_of(recordings)
+        assert set(spread) == {f"127.0.0.1:{sip}", f"127.0.0.1:{sip + 1}"}, spread
+
+        victim = [w for w in log_lines(log, "worker_started") if w["worker"] == 0][-1]["pid"]
+        killed_at = time.time()
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        t0 = time.monotonic()
+        row = sipp_calls(balancer, 4, tmp_path, "failover")
+        assert int(row["SuccessfulCall(C)"]) == 4, row
+        assert time.monotonic() - t0 < 20
+        after = workers_of(recordings, since=killed_at)
+        assert after and set(after) == {f"127.0.0.1:{sip + 1}"}, after
+        died = log_lines(log, "worker_died")
+        assert died and died[0]["worker"] == 0 and died[0]["returncode"] == -signal.SIGKILL
+
+        wait_for(lambda: len(log_lines(log, "sip_listening")) >= 3, 120, "the killed worker back")
+        time.sleep(5)  # Kamailio's OPTIONS pings see it answer again
+        back_at = time.time()
+        row = sipp_calls(balancer, 4, tmp_path, "back")
+        assert int(row["SuccessfulCall(C)"]) == 4, row
+        wait_for(lambda: len(workers_of(recordings, since=back_at)) == 4, 10, "calls after the restart")
+        assert f"127.0.0.1:{sip}" in workers_of(recordings, since=back_at)
+    finally:
+        if kamailio and kamailio.poll() is None:
+            kamailio.terminate()
+            kamailio.wait(10)
+        pool.send_signal(signal.SIGTERM)
+        try:
+            pool.wait(30)
+        except subprocess.TimeoutExpired:
+            pool.kill()
