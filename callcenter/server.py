@@ -275,7 +275,7 @@ class AgentProcess:
 
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
                  max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
-                 token: str | None = None):
+                 token: str | None = None, extra_config: str = ""):
         import sys
 
         self.dir = Path(workdir)
@@ -286,6 +286,7 @@ class AgentProcess:
             f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"
             f"recordings: {self.recordings}\n"
             + (f"control: {{host: 127.0.0.1, port: {control_port}}}\n" if control_port is not None else "")
+            + extra_config
         )
         self.control_url = f"http://127.0.0.1:{control_port}" if control_port is not None else None
         self.token = token

@@ -146,3 +146,23 @@ def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):
     # a restart repairs whatever is still stale, and the agent takes calls again
     agent.start()
     assert re.search(r"sip_listening", agent.log())
+
+
+def test_calls_from_outside_the_acl_are_forbidden(tmp_path):
+    if not shutil.which("sipp"):
+        pytest.skip("sipp is not installed")
+    from callcenter.server import AgentProcess
+    from tests.conftest import FLOW, free_udp_port, rtp_base
+
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
+                         extra_config="acl: [10.0.0.0/8, 192.0.2.7]\n").start()
+    try:
+        subprocess.run(
+            ["sipp", "-sn", "uac", f"127.0.0.1:{agent.sip_port}", "-i", "127.0.0.1", "-p", "0", "-m", "1",
+             "-timeout", "20", "-nostdin", "-trace_err", "-error_file", str(tmp_path / "err.log")],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert "SIP/2.0 403" in (tmp_path / "err.log").read_text()
+        time.sleep(0.5)
+        assert '"reason": "acl"' in agent.log() and agent.calls() == []
+    finally:
+        agent.stop()

@@ -32,3 +32,16 @@ def test_registration_needs_one_password(tmp_path):
 def test_missing_config(tmp_path):
     with pytest.raises(UserFileError, match="no such file"):
         load_sip_config(tmp_path / "nope.yaml")
+
+
+def test_acl_allows_listed_addresses_and_networks_only():
+    from callcenter.telephony.config import SipConfig
+
+    config = SipConfig(acl=["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"])
+    assert config.allows("10.20.30.40:5060") and config.allows("192.0.2.7:5062")
+    assert config.allows("[2001:db8::5]:5060")
+    assert not config.allows("127.0.0.1:5060") and not config.allows("192.0.2.8:5060")
+    assert not config.allows("garbage")
+    assert SipConfig().allows("203.0.113.9:5060")  # no acl: anyone may call
+    with pytest.raises(ValueError, match="not an address or network"):
+        SipConfig(acl=["10.0.0.0/33"])

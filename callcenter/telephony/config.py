@@ -77,6 +77,31 @@ class SipConfig(_Strict):
     recordings: Path = Path("recordings")
     registration: Registration | None = None
     control: Control | None = Field(None, description="the supervisor API; off when absent")
+    acl: list[str] = Field(default_factory=list,
+                           description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
+                                       "trunk and the load balancer; others get 403. Empty: any.")
+
+    @field_validator("acl")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        for net in v:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"acl: {net!r} is not an address or network (10.0.0.0/8, 192.0.2.7)") from None
+        return v
+
+    def allows(self, source: str) -> bool:
+        """Is a request from `source` ("203.0.113.5:5060", "[2001:db8::1]:5060") allowed?"""
+        if not self.acl:
+            return True
+        host = source.rsplit(":", 1)[0].strip("[]") if source.count(":") == 1 or source.startswith("[") \
+            else source
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in ipaddress.ip_network(net, strict=False) for net in self.acl)
 
 
 def load_sip_config(path: str | Path) -> SipConfig:

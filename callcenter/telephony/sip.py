@@ -32,6 +32,7 @@ POLL_MS = 5
 PORT_RETIRE_S = 2.0  # a finished call's conference port is freed this long after the call
 CODEC_IDS = {"PCMU": "PCMU/8000/1", "PCMA": "PCMA/8000/1"}
 SIP_BUSY_HERE = 486
+SIP_FORBIDDEN = 403
 SIP_RINGING = 180
 SIP_OK = 200
 TRANSFER_WAIT_S = 5.0
@@ -370,6 +371,12 @@ class SipEndpoint:
             ci = call.getInfo()
             info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri)
             call.info = info
+            source = prm.rdata.srcAddress
+            if not self.config.allows(source):
+                log.warning("sip_call_rejected", reason="acl", source=source, remote=info.remote_uri)
+                call.answer_with(SIP_FORBIDDEN, "Not allowed from this address")
+                self._graveyard.append(call)
+                return
             active = sum(1 for c in self.calls.values() if not c.disconnected)
             if active >= self.config.max_calls:
                 self.rejected_busy += 1
