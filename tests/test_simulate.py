@@ -150,3 +150,33 @@ def test_a_say_nodes_pause_is_silence_on_the_line(tmp_path, stt, tts):
     done_one = next(e.t for e in events.history if e.kind == "playout_done" and e.data["utterance"] == 1)
     say_two = next(e.t for e in events.history if e.kind == "agent_say" and e.data["text"] == "Two.")
     assert 1.4 <= say_two - done_one < 2.5 and result.ended_by == "agent"
+
+
+def test_a_refused_supervisor_transfer_leaves_the_call_going(flow, stt, tts):
+    from callcenter.call.bridge import MediaBridge
+    from callcenter.call.events import CallEvents
+    from callcenter.call.session import CallSession
+    from callcenter.call.simulate import SimulatedLine, _play_out
+
+    async def main():
+        bridge = MediaBridge(asyncio.get_running_loop())
+        events = CallEvents("sup")
+        session = CallSession("sup", flow, bridge, SimulatedLine(accept_transfer=False), events, stt, tts)
+        clock = asyncio.create_task(_play_out(bridge))
+        run = asyncio.create_task(session.run())
+        await asyncio.sleep(0.5)
+        session.supervisor_transfer("sip:desk@127.0.0.1")
+        await asyncio.sleep(1.0)
+        ended_early = session._ended.is_set()
+        session.supervisor_say("I'm still here with you.")
+        await asyncio.sleep(2.0)
+        session.end("caller")
+        result = await run
+        clock.cancel()
+        return ended_early, result, events.history
+
+    ended_early, result, history = asyncio.run(main())
+    transfer = [e.data for e in history if e.kind == "transfer" and "accepted" in e.data]
+    assert not ended_early and transfer == [{"to": "sip:desk@127.0.0.1", "mode": "blind", "accepted": False}]
+    assert any(e.kind == "agent_say" and e.data["text"] == "I'm still here with you." for e in history)
+    assert result.ended_by == "caller"

@@ -210,3 +210,17 @@ def test_two_servers_share_one_table_and_the_palette_opens_screens():
             assert app.screen.query_one("#flows").row_count == 2  # one row per server, both unreachable
 
     asyncio.run(main())
+
+
+def test_calls_today_count_the_servers_recordings_once():
+    import datetime as dt
+
+    from callcenter.supervisor.floor import Floor
+
+    floor = Floor(today=dt.date(2026, 12, 2))
+    noon = dt.datetime(2026, 12, 2, 12).timestamp()
+    floor.recorded("s", [{"call_id": "a", "started": noon}, {"call_id": "b", "started": noon - 86400},
+                         {"call_id": "c", "started": None}])
+    for ev in call_events("a", start_wall=noon):  # a call both recorded and seen live counts once
+        floor.event("s", ev)
+    assert floor.aggregates()["today"] == 1

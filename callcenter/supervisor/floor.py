@@ -84,6 +84,13 @@ class Floor:
                 self.event(server, e, replay=True)
         self.table(server, message.get("calls", []))
 
+    def recorded(self, server: str, recordings: list[dict]) -> None:
+        """Past calls from the server's recordings: today's count toward "calls today"."""
+        for rec in recordings:
+            started = rec.get("started")
+            if started and dt.datetime.fromtimestamp(started).date() == self.today:
+                self.seen_today.add(f"{server}|{rec.get('call_id')}")
+
     def table(self, server: str, rows: list[dict]) -> None:
         live = set()
         for row in rows:

@@ -81,6 +81,12 @@ class Hello(Message):
         self.server, self.data = server, data
 
 
+class Recorded(Message):
+    def __init__(self, server: str, recordings: list[dict]):
+        super().__init__()
+        self.server, self.recordings = server, recordings
+
+
 class CallsUpdated(Message):
     def __init__(self, server: str, calls: list[dict]):
         super().__init__()
@@ -319,6 +325,7 @@ class SupervisorApp(App):
                                 self.post_message(CallsUpdated(server.url, data["calls"]))
                             elif kind == "hello":
                                 self.post_message(Hello(server.url, data))
+                                self.run_worker(self._recorded(server))
                             elif kind == "dropped":
                                 self.floor.dropped += data.get("messages", 0)
                 self.post_message(ServerState(server.url, "disconnected"))
@@ -326,6 +333,17 @@ class SupervisorApp(App):
                 reason = "wrong token" if "401" in str(exc) else str(exc) or type(exc).__name__
                 self.post_message(ServerState(server.url, f"disconnected: {reason}"))
             await asyncio.sleep(RECONNECT_S)
+
+    async def _recorded(self, server: Server) -> None:
+        try:
+            recs = (await server.get("/api/recordings?limit=1000"))["recordings"]
+        except Exception:
+            return  # the count stays what this console saw
+        self.post_message(Recorded(server.url, recs))
+
+    def on_recorded(self, message: Recorded) -> None:
+        self.floor.recorded(message.server, message.recordings)
+        self._draw_stats()
 
     def on_server_state(self, message: ServerState) -> None:
         self.floor.servers[message.server] = message.state
