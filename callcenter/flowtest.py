@@ -18,6 +18,7 @@ Two ways to run a scenario:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import tempfile
@@ -128,11 +129,26 @@ class Outcome:
 
 
 # ------------------------------------------------------------------ the loopback web server
+@contextlib.asynccontextmanager
+async def serve_loopback(app):
+    """Serve an aiohttp app on a free loopback port; yields its base URL."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    finally:
+        await runner.cleanup()
+
+
 class StubServer:
     def __init__(self, stub: HttpStub):
         self.stub = stub
         self.base_url = ""
-        self._runner = None
+        self._serving = None
         self.requests: list[tuple[str, str]] = []
 
     async def __aenter__(self) -> "StubServer":
@@ -151,16 +167,12 @@ class StubServer:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        self._serving = serve_loopback(app)
+        self.base_url = await self._serving.__aenter__()
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self._runner.cleanup()
+        await self._serving.__aexit__(*(exc or (None, None, None)))
 
 
 # ------------------------------------------------------------------ text scenarios
@@ -371,6 +383,7 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
     path = Path(path)
     spec, flow = load_scenarios(path)
     outcomes = []
+    services = FlowServices(flow)  # shared by the file's scenarios, as a server's calls share them
     stub = StubServer(spec.http) if spec.http else None
     if stub:
         await stub.__aenter__()
@@ -381,7 +394,6 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
             variables = dict(scenario.variables)
             if stub:
                 variables.setdefault(spec.http.variable, stub.base_url)
-            services = FlowServices(flow)
             try:
                 if scenario.audio:
                     if stt is None or tts is None:

@@ -16,6 +16,7 @@ from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder, repair_recordings
 from callcenter.call.session import CallSession, recording_paths
 from callcenter.dialog.library import FlowLibrary
+from callcenter.dialog.services import FlowServices
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.telephony.config import SipConfig, load_sip_config
@@ -43,7 +44,8 @@ class LiveCall:
         ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
         self.bridge = MediaBridge(loop, self.recorder, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
-                                   agent.tts, variables=caller_variables(info.remote_uri),
+                                   agent.tts, services=agent.services_for(flow),
+                                   variables=caller_variables(info.remote_uri),
                                    flow_digest=agent.flows.digest,
                                    worker=f"{agent.config.listen.host}:{agent.config.listen.port}")
         self._transfer: asyncio.Future | None = None
@@ -200,6 +202,14 @@ class Agent:
         self.live: dict[str, LiveCall] = {}
         self.endpoint: SipEndpoint | None = None
         self.control = None  # the supervisor API, when configured
+        self._services: FlowServices | None = None
+
+    def services_for(self, flow) -> FlowServices:
+        """One set of webhook/model services per flow version, shared by its calls: the offline
+        model's embeddings of choices and knowledge are computed once, not on every call's first turn."""
+        if self._services is None or self._services.flow is not flow:
+            self._services = FlowServices(flow)
+        return self._services
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
         live = LiveCall(self, call, info)
