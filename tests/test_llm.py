@@ -17,6 +17,7 @@ from callcenter.dialog.engine import Dialog, Fetch, LlmRequest, Think
 from callcenter.dialog.flow import LlmProviderConfig, LlmTool, Slot, load_flow
 from callcenter.dialog.llm import AnthropicMessages, LlmError, LocalTriage, OpenAiChat, SentenceStream
 from callcenter.dialog.services import FlowServices
+from callcenter.flowtest import serve_loopback
 
 KEY = "sk-test-secret-123"
 
@@ -93,15 +94,12 @@ class ProtocolServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.openai)
         app.router.add_post("/v1/messages", self.anthropic)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._serving = serve_loopback(app)
+        self.url = await self._serving.__aenter__()
         return self
 
     async def __aexit__(self, *exc):
-        await self.runner.cleanup()
+        await self._serving.__aexit__(*exc)
 
 
 def run(coro):
@@ -279,17 +277,12 @@ def test_webhook_posts_templated_json_with_a_secret_header_from_env(tmp_path, mo
 
         app = web.Application()
         app.router.add_post("/tickets", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
+        async with serve_loopback(app) as base:
             flow_path = tmp_path / "f.yaml"
             flow_path.write_text(textwrap.dedent(f"""\
                 name: w
                 env: [CRM_TOKEN]
-                variables: {{base: "http://127.0.0.1:{port}", issue: "no dial tone"}}
+                variables: {{base: "{base}", issue: "no dial tone"}}
                 start: open
                 nodes:
                   open:
@@ -308,8 +301,6 @@ def test_webhook_posts_templated_json_with_a_secret_header_from_env(tmp_path, mo
             (fetch,) = d.start()
             result = await FlowServices(flow).fetch(fetch)
             return d.on_fetched(result.status, result.data, result.error)
-        finally:
-            await runner.cleanup()
 
     actions = asyncio.run(main())
     assert seen["headers"]["Authorization"] == "Bearer tok-987" and seen["path"] == "/tickets"
@@ -363,19 +354,12 @@ def test_bedrock_converse_stream(monkeypatch):
 
         app = web.Application()
         app.router.add_post("/model/{model}/converse-stream", converse)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        try:
+        async with serve_loopback(app) as url:
             provider = BedrockConverse(LlmProviderConfig(kind="bedrock", base_url=url, region="us-east-1",
                                                          model="test-model"))
             said = []
             reply = await provider.reply(request(), said.append)
             return reply, said
-        finally:
-            await runner.cleanup()
 
     reply, said = asyncio.run(main())
     assert "".join(said) == "Sure, one moment. Routing you now." and reply.choice == "outage"

@@ -19,6 +19,29 @@ WATERFALL = (("end of turn", "endpoint"), ("STT final", "stt"), ("flow", "flow")
              ("TTS audio", "tts"), ("RTP out", "transport"))
 
 
+def transcript_lines(events) -> list[tuple[str, str]]:
+    """(who, text) lines: caller finals, agent prompts, keys, decisions, supervisor actions."""
+    out = []
+    for e in events:
+        kind = e.get("kind")
+        if kind == "stt_final" and e.get("text"):
+            out.append(("caller", e["text"]))
+        elif kind == "dtmf" and not e.get("ignored"):
+            out.append(("keypad", e["digit"]))
+        elif kind == "agent_say":
+            out.append(("agent", e["text"]))
+        elif kind == "flow_decision":
+            what = e.get("intent") or e.get("via")
+            out.append(("flow", f"{e.get('node')} → {e.get('next_node')} ({what})"))
+        elif kind == "supervisor":
+            out.append(("supervisor", e.get("text") or e.get("action", "")))
+        elif kind == "transfer" and "accepted" in e:
+            out.append(("flow", f"transfer to {e.get('to')}: {'accepted' if e['accepted'] else 'failed'}"))
+        elif kind == "call_end":
+            out.append(("flow", f"call ended by {e.get('ended_by')}"))
+    return out
+
+
 @dataclass
 class CallView:
     server: str
@@ -33,26 +56,7 @@ class CallView:
         return f"{self.server}|{self.call_id}"
 
     def transcript(self) -> list[tuple[str, str]]:
-        """(who, text) lines: caller finals, agent prompts, keys, decisions, supervisor actions."""
-        out = []
-        for e in self.events:
-            kind = e.get("kind")
-            if kind == "stt_final" and e.get("text"):
-                out.append(("caller", e["text"]))
-            elif kind == "dtmf" and not e.get("ignored"):
-                out.append(("keypad", e["digit"]))
-            elif kind == "agent_say":
-                out.append(("agent", e["text"]))
-            elif kind == "flow_decision":
-                what = e.get("intent") or e.get("via")
-                out.append(("flow", f"{e.get('node')} → {e.get('next_node')} ({what})"))
-            elif kind == "supervisor":
-                out.append(("supervisor", e.get("text") or e.get("action", "")))
-            elif kind == "transfer" and "accepted" in e:
-                out.append(("flow", f"transfer to {e.get('to')}: {'accepted' if e['accepted'] else 'failed'}"))
-            elif kind == "call_end":
-                out.append(("flow", f"call ended by {e.get('ended_by')}"))
-        return out
+        return transcript_lines(self.events)
 
     def turns(self) -> list[dict]:
         return turn_latencies(list(self.events))

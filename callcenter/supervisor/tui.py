@@ -29,7 +29,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, RichLog, Static
 
-from callcenter.supervisor.floor import Floor, waterfall
+from callcenter.supervisor.floor import Floor, transcript_lines, waterfall
 
 RECONNECT_S = 2.0
 COLUMNS = ("caller", "flow / node", "state", "time", "intent", "in  out")
@@ -195,12 +195,7 @@ class RecordingsScreen(Screen):
         except Exception as exc:
             log.write(f"cannot load: {exc}")
             return
-        from callcenter.supervisor.floor import CallView
-
-        view = CallView(server.url, rec["call_id"])
-        view.events.extend(data["events"])
-        for who, text in view.transcript():
-            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+        write_transcript(log, transcript_lines(data["events"]))
 
     async def action_play(self) -> None:
         table = self.query_one("#recordings", DataTable)
@@ -429,22 +424,16 @@ class SupervisorApp(App):
             self.query_one("#waterfall", Waterfall).show([])
             return
         log.border_title = f"transcript {view.row.get('caller', view.call_id)}"
-        for who, text in view.transcript():
-            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+        write_transcript(log, view.transcript())
         self.query_one("#waterfall", Waterfall).show(view.turns())
 
     def _append(self, event: dict) -> None:
-        from callcenter.supervisor.floor import CallView
-
-        one = CallView("", "")
-        one.events.append(event)
         log = self.query_one("#transcript", RichLog)
-        for who, text in one.transcript():
-            log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+        write_transcript(log, transcript_lines([event]))
         if event.get("kind") == "stt_partial":
-            self.query_one("#transcript", RichLog).border_subtitle = f"hearing: {event.get('text', '')[-50:]}"
+            log.border_subtitle = f"hearing: {event.get('text', '')[-50:]}"
         elif event.get("kind") in ("stt_final", "speech_start"):
-            self.query_one("#transcript", RichLog).border_subtitle = ""
+            log.border_subtitle = ""
         if event.get("kind") == "first_rtp_out":
             self.query_one("#waterfall", Waterfall).show(self.floor.calls[self.selected].turns())
 
@@ -523,6 +512,11 @@ class SupervisorApp(App):
             ("Flows", "Loaded flows, versions, rejected edits", self.action_flows),
         ):
             yield SystemCommand(title, help_text, action)
+
+
+def write_transcript(log: RichLog, lines: list[tuple[str, str]]) -> None:
+    for who, text in lines:
+        log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
 
 
 def _meter(db: float) -> Text:
