@@ -66,6 +66,19 @@ def _pct(xs: list[float]) -> dict:
             "n": len(xs)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_summary(cpu_s: float, wall_s: float, concurrent: int) -> dict:
+    return {"agent_cpu_s": round(cpu_s, 2), "agent_cores_busy": round(cpu_s / wall_s, 3),
+            "core_share_per_call": round(cpu_s / wall_s / max(1, concurrent), 3)}
+
+
 def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
     """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip."""
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
@@ -80,9 +93,12 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
             phone.wait_ended(90)
 
     t0 = time.monotonic()
+    cpu0 = cpu_seconds(agent.proc.pid)
     try:
         with ThreadPoolExecutor(max(1, concurrent)) as pool:
             list(pool.map(one, range(calls)))
+        calls_wall = time.monotonic() - t0
+        cpu = cpu_seconds(agent.proc.pid) - cpu0
         time.sleep(1.0)
     finally:
         agent.stop()
@@ -99,11 +115,80 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
         "turns": len(all_turns),
         "concurrent": concurrent,
         "wall_s": round(time.monotonic() - t0, 1),
+        **_cpu_summary(cpu, calls_wall, concurrent),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
     }
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
               "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
                       "endpointing silence (the flow node's end_silence_ms)."}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
+    """`calls` browser calls at once (aiortc peers in this process, the same script as `bench call`)
+    to an agent of its own: the agent's CPU per call, frames its 20 ms sender sent late, and the turn
+    latencies. The callers' own aiortc work runs on the same machine and is not counted."""
+    import asyncio
+
+    from callcenter.telephony.browser_caller import BrowserCaller
+    from callcenter.telephony.webrtc import use_host_candidates
+
+    work = Path(tempfile.mkdtemp(prefix="callcenter-bench-webrtc-"))
+    mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
+    use_host_candidates(["127.0.0.1"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        web_port = s.getsockname()[1]
+    agent = AgentProcess(work / "agent", _free_port(), 30000, flow, webrtc_port=web_port,
+                         webrtc_max_calls=max(calls, 1)).start()
+    mime = {"pcmu": "audio/PCMU", "opus": "audio/opus"}[codec.lower()]
+
+    async def one() -> BrowserCaller:
+        caller = await BrowserCaller(agent.webrtc_url, mic, codecs=(mime,)).call()
+        try:
+            await asyncio.wait_for(caller.ended.wait(), 90)
+        except asyncio.TimeoutError:
+            pass
+        await caller.close()
+        return caller
+
+    async def run_all() -> list:
+        return await asyncio.gather(*(one() for _ in range(calls)), return_exceptions=True)
+
+    t0 = time.monotonic()
+    cpu0 = cpu_seconds(agent.proc.pid)
+    own0 = time.process_time()
+    try:
+        results = asyncio.run(run_all())
+        calls_wall = time.monotonic() - t0
+        cpu = cpu_seconds(agent.proc.pid) - cpu0
+        callers_cpu = time.process_time() - own0
+        time.sleep(1.0)
+    finally:
+        agent.stop()
+    failed = [str(r) for r in results if isinstance(r, BaseException)]
+    media = [json.loads(line) for line in agent.log().splitlines() if '"webrtc_media"' in line]
+    all_turns = []
+    for jsonl in agent.calls():
+        all_turns += turn_latencies(read_events(jsonl))
+    sent = sum(m.get("frames_sent", 0) for m in media)
+    late = sum(m.get("late_frames", 0) for m in media)
+    summary = {
+        "calls": calls, "failed": len(failed), "codec": codec.upper(), "wall_s": round(calls_wall, 1),
+        **_cpu_summary(cpu, calls_wall, calls),
+        "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
+        "frames_sent": sent, "late_frames": late, "late_ratio": round(late / sent, 4) if sent else None,
+        "worst_late_ms": max((m.get("worst_late_ms", 0) for m in media), default=None),
+        "turns": len(all_turns),
+        **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
+    }
+    report = {"benchmark": "webrtc", "summary": summary, "errors": failed,
+              "note": "core_share_per_call = agent CPU seconds / wall seconds / calls (the whole pipeline: "
+                      "aiortc, denoise, VAD, STT, flow, TTS); compare with `bench call` for a SIP line. "
+                      "late = a frame that left more than 20 ms after its tick."}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     shutil.rmtree(work, ignore_errors=True)

@@ -190,6 +190,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_webrtc(args) -> int:
+    from callcenter.bench import bench_webrtc
+
+    report = bench_webrtc(calls=args.calls, flow=args.flow, out=Path(args.json), codec=args.codec)
+    print(json.dumps(report["summary"], indent=2))
+    return 0 if not report["summary"]["failed"] else 1
+
+
 def cmd_bench_tts(args) -> int:
     from callcenter.voice.bench import run_tts_bench
 
@@ -325,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
+    s = b.add_parser("webrtc", help="browser calls at once over WebRTC: agent CPU per call, late frames, latency")
+    s.add_argument("--calls", type=int, default=1)
+    s.add_argument("--codec", choices=["pcmu", "opus"], default="pcmu")
+    s.add_argument("--flow", default="flows/support.yaml")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_webrtc)
     s = b.add_parser("tts", help="voices: first audio, real-time factor, intelligibility (WER), memory")
     s.add_argument("--sentences", type=int, default=50)
     s.add_argument("--voices", default=None, help="comma-separated ssm voices (default: all)")

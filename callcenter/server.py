@@ -28,13 +28,17 @@ log = structlog.get_logger()
 
 
 class LiveCall:
-    """Glue between one SIP dialog (on the SIP thread) and its CallSession (on the loop)."""
+    """One caller's call, whatever carries it: the CallSession with its recording, events and media
+    bridge, and the CallControl the session uses. `SipLiveCall` and `WebRtcLiveCall` say how to
+    hang up, transfer and connect a person's leg on their transport."""
 
-    def __init__(self, agent: "Agent", call: SipCall, info: CallInfo):
+    transport = "sip"
+    transfer_bridges = False  # True: a transfer keeps the agent in the media path (no REFER possible)
+
+    def __init__(self, agent: "Agent", call_id: str, remote_uri: str, variables: dict[str, str]):
         self.agent = agent
-        self.call = call
-        self.info = info
-        self.call_id = info.call_id
+        self.call_id = call_id
+        self.remote_uri = remote_uri
         self.log = log.bind(call_id=self.call_id)
         loop = asyncio.get_running_loop()
         wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
@@ -45,19 +49,20 @@ class LiveCall:
         self.bridge = MediaBridge(loop, self.recorder, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts, services=agent.services_for(flow),
-                                   variables=caller_variables(info.remote_uri),
-                                   flow_digest=agent.flows.digest,
-                                   worker=f"{agent.config.listen.host}:{agent.config.listen.port}")
-        self._transfer: asyncio.Future | None = None
+                                   variables=variables, flow_digest=agent.flows.digest,
+                                   worker=f"{agent.config.listen.host}:{agent.config.listen.port}",
+                                   transport=self.transport)
         self.consult: ConsultLeg | None = None
         self.task: asyncio.Task | None = None
         self.started_wall = time.time()
-        call.bridge = self.bridge
-        call.listener = self
 
-    # ---- from the SIP thread (posted onto the loop)
+    @property
+    def ended(self) -> bool:
+        raise NotImplementedError
+
+    # ---- from the transport (on the loop)
     def on_confirmed(self) -> None:
-        self.log.info("call_confirmed", remote=self.info.remote_uri)
+        self.log.info("call_confirmed", remote=self.remote_uri, transport=self.transport)
         self.task = asyncio.create_task(self._run())
 
     def on_disconnected(self, code: int, reason: str) -> None:
@@ -70,31 +75,19 @@ class LiveCall:
         if self.task is not None:
             self.session.on_dtmf(digit)
 
-    def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
-        self.log.info("transfer_status", code=code, reason=reason, final=final)
-        # provisional NOTIFYs (100 Trying) say nothing yet; the final one says whether the phone
-        # reached the destination
-        if self._transfer and not self._transfer.done() and (final or code >= 200):
-            self._transfer.set_result(200 <= code < 300)
-
     # ---- CallControl for the session
     async def hangup(self) -> None:
-        with contextlib.suppress(SipError):
-            await self.agent.endpoint.run_on_sip(self.call.hangup_now)
+        raise NotImplementedError
 
     async def transfer(self, uri: str) -> bool:
-        self._transfer = asyncio.get_running_loop().create_future()
-        try:
-            await self.agent.endpoint.run_on_sip(self.call.refer, uri)
-            return await asyncio.wait_for(self._transfer, TRANSFER_WAIT_S)
-        except (SipError, asyncio.TimeoutError) as exc:
-            self.log.warning("transfer_failed", to=uri, error=str(exc) or "no answer to REFER")
-            return False
-        finally:
-            self._transfer = None
+        raise NotImplementedError
 
-    async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool:
-        """Call the person, brief them with `speak(bridge, summary)`, then bridge the caller to
+    async def _connect_person(self, leg: "ConsultLeg") -> None:
+        """Put the caller and the person a warm transfer reached in one conversation."""
+        raise NotImplementedError
+
+    async def warm_transfer(self, uri: str, summary: str | None, ring_s: float, speak) -> bool:
+        """Call the person, brief them with `speak(bridge, summary)`, then connect the caller to
         them. False (and the person's leg hung up) if they do not answer within ring_s, hang up
         during the summary, or no call slot is free."""
         leg = ConsultLeg(self)
@@ -105,10 +98,11 @@ class LiveCall:
                 if leg.call.port is not None:
                     break
                 await asyncio.sleep(0.02)
-            await speak(leg.bridge, summary)
+            if summary:
+                await speak(leg.bridge, summary)
             if leg.ended.done():
                 raise SipError("the person hung up during the summary")
-            await self.agent.endpoint.run_on_sip(self.call.bridge_to, leg.call)
+            await self._connect_person(leg)
         except (SipError, asyncio.TimeoutError) as exc:
             self.log.warning("warm_transfer_failed", to=uri, error=str(exc) or f"no answer within {ring_s} s")
             leg.close()
@@ -128,7 +122,7 @@ class LiveCall:
         except Exception:
             self.log.exception("call_failed")
         finally:
-            if not self.call.disconnected:
+            if not self.ended:
                 await self.hangup()
             self._finish()
 
@@ -138,6 +132,90 @@ class LiveCall:
         self.bridge.close()
         self.events.close()
         self.agent.live.pop(self.call_id, None)
+
+
+class SipLiveCall(LiveCall):
+    """A call on a SIP line: one pjsua2 dialog (on the SIP thread) and its session (on the loop)."""
+
+    def __init__(self, agent: "Agent", call: SipCall, info: CallInfo):
+        super().__init__(agent, info.call_id, info.remote_uri, caller_variables(info.remote_uri))
+        self.call = call
+        self.info = info
+        self._transfer: asyncio.Future | None = None
+        call.bridge = self.bridge
+        call.listener = self
+
+    @property
+    def ended(self) -> bool:
+        return self.call.disconnected
+
+    def on_transfer_status(self, code: int, reason: str, final: bool) -> None:
+        self.log.info("transfer_status", code=code, reason=reason, final=final)
+        # provisional NOTIFYs (100 Trying) say nothing yet; the final one says whether the phone
+        # reached the destination
+        if self._transfer and not self._transfer.done() and (final or code >= 200):
+            self._transfer.set_result(200 <= code < 300)
+
+    async def hangup(self) -> None:
+        with contextlib.suppress(SipError):
+            await self.agent.endpoint.run_on_sip(self.call.hangup_now)
+
+    async def transfer(self, uri: str) -> bool:
+        self._transfer = asyncio.get_running_loop().create_future()
+        try:
+            await self.agent.endpoint.run_on_sip(self.call.refer, uri)
+            return await asyncio.wait_for(self._transfer, TRANSFER_WAIT_S)
+        except (SipError, asyncio.TimeoutError) as exc:
+            self.log.warning("transfer_failed", to=uri, error=str(exc) or "no answer to REFER")
+            return False
+        finally:
+            self._transfer = None
+
+    async def _connect_person(self, leg: "ConsultLeg") -> None:
+        await self.agent.endpoint.run_on_sip(self.call.bridge_to, leg.call)
+
+
+class WebRtcLiveCall(LiveCall):
+    """A call from a browser (the /call page): one aiortc peer connection. A browser cannot be
+    REFERred, so a transfer of either kind calls the person over SIP and relays the audio between
+    the two legs; the agent stays in the media path, as for a warm transfer on a phone line."""
+
+    transport = "webrtc"
+    transfer_bridges = True
+
+    def __init__(self, agent: "Agent", peer, remote_address: str):
+        remote = f"webrtc:{remote_address}"
+        super().__init__(agent, peer.call_id, remote, {"caller": remote, "caller_number": ""})
+        self.peer = peer
+        self._closed = False
+        peer.attach(self.bridge.caller_frame, self.bridge.agent_frame, self, asyncio.get_running_loop())
+
+    @property
+    def ended(self) -> bool:
+        return self._closed
+
+    def on_disconnected(self, code: int, reason: str) -> None:
+        self._closed = True
+        super().on_disconnected(code, reason)
+
+    def on_dtmf(self, digit: str) -> None:
+        if self.task is not None:
+            self.session.on_dtmf(digit, source="datachannel")
+
+    async def hangup(self) -> None:
+        self._closed = True
+        await self.agent.webrtc.hang_up(self.peer, "agent")
+
+    async def transfer(self, uri: str) -> bool:
+        return await self.warm_transfer(uri, None, TRANSFER_WAIT_S, None)
+
+    async def _connect_person(self, leg: "ConsultLeg") -> None:
+        leg.relay_with(self.bridge)
+
+    def _finish(self) -> None:
+        super()._finish()
+        if self.agent.webrtc is not None:
+            self.agent.webrtc.ended(self.call_id)
 
 
 class ConsultLeg:
@@ -155,8 +233,14 @@ class ConsultLeg:
         self._drain = asyncio.create_task(self._discard_frames())
 
     async def _discard_frames(self) -> None:
-        while True:  # the person's audio is recorded by the bridge; nothing listens to it here
+        while True:  # the person's audio is recorded (and relayed) by the bridge; nothing listens here
             await self.bridge.caller_frames.get()
+
+    def relay_with(self, caller: MediaBridge) -> None:
+        """Connect the person and the caller through the agent: each side's frames are played to
+        the other (a caller leg that pjmedia's conference bridge cannot reach, such as WebRTC)."""
+        self.bridge.relay_to(caller)
+        caller.relay_to(self.bridge)
 
     # ---- from the SIP thread
     def on_confirmed(self) -> None:
@@ -202,6 +286,7 @@ class Agent:
         self.live: dict[str, LiveCall] = {}
         self.endpoint: SipEndpoint | None = None
         self.control = None  # the supervisor API, when configured
+        self.webrtc = None  # the browser callers' gateway, when configured
         self._services: FlowServices | None = None
 
     def services_for(self, flow) -> FlowServices:
@@ -212,13 +297,34 @@ class Agent:
         return self._services
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
-        live = LiveCall(self, call, info)
+        live = SipLiveCall(self, call, info)
         self.live[info.call_id] = live
         if self.control is not None:
             self.control.attach(live)
         live.log.info("call_incoming", remote=info.remote_uri)
         fut = self.endpoint.call_soon(call.answer_with, SIP_OK)
         fut.add_done_callback(lambda f: f.exception() and live.log.error("answer_failed", error=str(f.exception())))
+
+    def _on_browser_call(self, peer, remote_address: str) -> None:
+        live = WebRtcLiveCall(self, peer, remote_address)
+        self.live[live.call_id] = live
+        if self.control is not None:
+            self.control.attach(live)
+        live.log.info("call_incoming", remote=live.remote_uri, transport="webrtc", codec=peer.codec[0])
+
+    async def _start_webrtc(self) -> None:
+        from callcenter.telephony.webrtc import WebRtcGateway, use_host_candidates
+
+        cfg = self.config.webrtc
+        if cfg.candidates:
+            use_host_candidates(cfg.candidates)
+        self.webrtc = WebRtcGateway(cfg.host, cfg.port, cfg.max_calls, self._on_browser_call, cfg.stun_servers,
+                                    process_full=lambda: len(self.live) >= self.config.max_calls)
+        try:
+            await self.webrtc.start()
+        except OSError as exc:
+            self.webrtc = None
+            raise SipError(f"cannot listen for browser calls on {cfg.host}:{cfg.port}: {exc}") from None
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -236,10 +342,18 @@ class Agent:
             except OSError as exc:
                 self.endpoint.stop()
                 raise SipError(f"cannot listen for the control API on {control.host}:{control.port}: {exc}") from None
+        if self.config.webrtc is not None:
+            try:
+                await self._start_webrtc()
+            except SipError:
+                self.endpoint.stop()
+                raise
         try:
             await stop.wait()
         finally:
             watcher.cancel()
+            if self.webrtc is not None:
+                await self.webrtc.stop()
             if self.control is not None:
                 await self.control.stop()
             for live in list(self.live.values()):
@@ -285,7 +399,8 @@ class AgentProcess:
 
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
                  max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
-                 token: str | None = None, extra_config: str = ""):
+                 token: str | None = None, extra_config: str = "", webrtc_port: int | None = None,
+                 webrtc_max_calls: int = 3):
         import sys
 
         self.dir = Path(workdir)
@@ -296,9 +411,12 @@ class AgentProcess:
             f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"
             f"recordings: {self.recordings}\n"
             + (f"control: {{host: 127.0.0.1, port: {control_port}}}\n" if control_port is not None else "")
+            + (f"webrtc: {{host: 127.0.0.1, port: {webrtc_port}, max_calls: {webrtc_max_calls}, "
+               f"candidates: [127.0.0.1]}}\n" if webrtc_port is not None else "")
             + extra_config
         )
         self.control_url = f"http://127.0.0.1:{control_port}" if control_port is not None else None
+        self.webrtc_url = f"http://127.0.0.1:{webrtc_port}" if webrtc_port is not None else None
         self.token = token
         self.sip_port = sip_port
         self.uri = f"sip:agent@127.0.0.1:{sip_port}"
@@ -316,7 +434,9 @@ class AgentProcess:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"), env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if '"sip_listening"' in self.log() and (self.control_url is None or '"control_listening"' in self.log()):
+            text = self.log()
+            if '"sip_listening"' in text and (self.control_url is None or '"control_listening"' in text) \
+                    and (self.webrtc_url is None or '"webrtc_listening"' in text):
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")

@@ -24,7 +24,8 @@ WATCH_S = 0.2
 
 
 def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple[Path, SipConfig]]:
-    """Worker i listens on listen.port + i, RTP from rtp_port + 1000·i, control port + i."""
+    """Worker i listens on listen.port + i, RTP from rtp_port + 1000·i, control port + i, browser
+    calls on webrtc port + i (each worker its own /call page; a web front end spreads browsers)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(workers):
@@ -34,6 +35,8 @@ def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple
         data["recordings"] = str(Path(config.recordings).resolve())
         if config.control is not None:
             data["control"]["port"] = config.control.port + i if config.control.port else 0
+        if config.webrtc is not None:
+            data["webrtc"]["port"] = config.webrtc.port + i if config.webrtc.port else 0
         path = run_dir / f"worker-{i}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         out.append((path, SipConfig.model_validate(data)))

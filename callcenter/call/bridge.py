@@ -26,6 +26,8 @@ LEVEL_EVERY_FRAMES = 10
 
 SILENCE_PCM = bytes(FRAME_BYTES)
 REFERENCE_BACKLOG = 5  # agent frames kept for pairing when the clock delivers sends and receives unevenly
+RELAY_MAX_FRAMES = 5  # relayed audio queued beyond this (two clocks drifting apart) drops its oldest frame
+RELAYED = -1  # the utterance number of audio relayed from another leg
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class MediaBridge:
         self.closed = False
         self.caller_level_dbfs = -120.0
         self.agent_level_dbfs = -120.0
+        self._relay: MediaBridge | None = None
 
     # ---- asyncio side
     def on_playout(self, first_frame: Callable[[int, float], None],
@@ -102,6 +105,17 @@ class MediaBridge:
             n = len(self._out)
             self._out.clear()
         return n
+
+    def relay_to(self, other: "MediaBridge | None") -> None:
+        """Also play every frame this side's caller sends to `other` (None: stop). Two legs relayed
+        both ways hear each other through the agent, each on its own clock."""
+        self._relay = other
+
+    def _play_relayed(self, pcm: bytes) -> None:
+        with self._lock:
+            self._out.append(_Queued(pcm, RELAYED, False, False))
+            while len(self._out) > RELAY_MAX_FRAMES and self._out[0].utterance == RELAYED:
+                self._out.popleft()
 
     @property
     def queued_frames(self) -> int:
@@ -140,6 +154,9 @@ class MediaBridge:
             self._level_frames = 0
             self.levels = (round(AudioFrame(pcm).rms_dbfs(), 1), round(AudioFrame(agent).rms_dbfs(), 1))
         reference = self._references.popleft() if self._references else SILENCE_PCM
+        relay = self._relay
+        if relay is not None and not relay.closed:
+            relay._play_relayed(pcm)
         self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, LineFrame(AudioFrame(pcm), reference))
 
     def close(self) -> None:

@@ -40,6 +40,9 @@ CALL_END = "call_end"
 SUPERVISOR = "supervisor"
 MARKED = "marked"
 ERROR = "error"
+STAGE_SLOW = "stage_slow"  # a stage is late: the caller hears "one moment"
+STAGE_FALLBACK = "stage_fallback"  # a stage failed and its backup took over (the voice → espeak-ng)
+TROUBLE = "trouble"  # a stage failed for good: the caller is told, then transferred or let go
 
 
 @dataclass

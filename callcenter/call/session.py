@@ -28,7 +28,7 @@ from callcenter.call.events import CallEvents
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 from callcenter.dialog.digits import digits_hint
 from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
-from callcenter.dialog.flow import DTMF_DIGITS, Flow
+from callcenter.dialog.flow import DTMF_DIGITS, Flow, trouble_destination
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
@@ -38,13 +38,22 @@ from callcenter.telephony.dtmf import InbandDtmf
 
 log = structlog.get_logger()
 
-STT_FAILURE_TEXT = ""  # an unrecognisable turn counts as no match, never as a crash
+STT_STALL_S = 1.0  # end of turn → transcript: past this the caller hears "one moment"
+STT_GIVE_UP_S = 3.0  # past this the recognizer counts as stalled: the trouble path
+TTS_FIRST_AUDIO_S = 0.8  # a voice with no first frame by then (or none for this long between frames)
+TTS_FRAME_GAP_S = 1.0  # has stalled: the backup voice says the sentence
+BACKUP_VOICE = "espeak:en-us"  # another engine entirely (espeak-ng), not another SSM voice
+HOLD_ON_TEXT = "One moment, please."
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
 DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
 
 
 class CallControl(Protocol):
+    # True where a transfer keeps the agent in the media path (a browser caller cannot be REFERred):
+    # after a blind transfer the call goes on, bridged, instead of ending
+    transfer_bridges: bool
+
     async def hangup(self) -> None: ...
     async def transfer(self, uri: str) -> bool: ...
     async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool: ...
@@ -75,16 +84,21 @@ class CallSession:
         flow_digest: str | None = None,
         now=None,
         worker: str | None = None,
+        transport: str | None = None,
+        backup_tts=None,
     ):
         self.call_id = call_id
         self.flow = flow
         self.flow_digest = flow_digest
         self.worker = worker  # which agent process took the call (serve --workers)
+        self.transport = transport  # sip, webrtc (None: a simulated line)
         self.bridge = bridge
         self.control = control
         self.events = events
         self.stt = stt
         self.tts = tts
+        self._backup_tts = backup_tts
+        self.in_trouble = False  # a stage failed: the caller is being told and transferred or let go
         self.log = log.bind(call_id=call_id)
         self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
         self.services = services or FlowServices(flow)
@@ -120,7 +134,8 @@ class CallSession:
     async def run(self) -> SessionResult:
         self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version,
                          **({"flow_digest": self.flow_digest} if self.flow_digest else {}),
-                         **({"worker": self.worker} if self.worker else {}))
+                         **({"worker": self.worker} if self.worker else {}),
+                         **({"transport": self.transport} if self.transport else {}))
         self._tasks = [
             asyncio.create_task(self._hear(), name=f"{self.call_id}-hear"),
             asyncio.create_task(self._speak(), name=f"{self.call_id}-speak"),
@@ -133,14 +148,41 @@ class CallSession:
         return self.result
 
     def _stage_died(self, task: asyncio.Task) -> None:
-        """A hearing or speaking loop that crashes would leave the caller in dead air: end the call
-        (with everything recorded so far kept) and say why."""
-        if task.cancelled() or task.exception() is None:
+        """A hearing or speaking loop that crashes would leave the caller in dead air: restart the
+        speaking loop if it was that one, and take the trouble path (with everything recorded so far
+        kept). A second crash while in trouble ends the call."""
+        if task.cancelled() or task.exception() is None or self._ended.is_set():
             return
         exc = task.exception()
+        stage = task.get_name().rsplit("-", 1)[-1]
         self.log.error("stage_failed", task=task.get_name(), error=repr(exc))
-        self.events.emit(ev.ERROR, stage=task.get_name().rsplit("-", 1)[-1], error=repr(exc))
-        self.end("error")
+        self.events.emit(ev.ERROR, stage=stage, error=repr(exc))
+        if self.in_trouble:
+            self.end("error")
+            return
+        if stage == "speak":
+            self._speak_queue = asyncio.Queue()
+            speaker = asyncio.create_task(self._speak(), name=f"{self.call_id}-speak")
+            speaker.add_done_callback(self._stage_died)
+            self._tasks.append(speaker)
+        self.trouble(stage)
+
+    def trouble(self, stage: str) -> None:
+        """A part of the agent failed: stop the flow, tell the caller at once, then transfer them to
+        the flow's `trouble.transfer_to` or ask them to call back and hang up."""
+        if self.in_trouble or self._ended.is_set():
+            return
+        self.in_trouble = True
+        to = trouble_destination(self.flow)
+        self.log.warning("call_in_trouble", stage=stage, transfer_to=to)
+        self.events.emit(ev.TROUBLE, stage=stage, transfer_to=to)
+        self.interrupt(reason=f"{stage} failed")
+        self._cancel_no_input()
+        t = self.flow.trouble
+        if to is not None:
+            self._act([Say(f"{t.say} {t.transferring}"), Transfer(to=to, mode="blind")])
+        else:
+            self._act([Say(f"{t.say} {t.call_back}"), Hangup()])
 
     def end(self, by: str) -> None:
         """The call is over (caller hung up, or the agent finished)."""
@@ -272,22 +314,35 @@ class CallSession:
                 covering = [f for (tid, key), f in self._decodes.items()
                             if tid == turn.turn_id and key >= turn.voiced_frames]
                 if covering:
-                    result, how = await covering[-1], "in flight"
+                    decode, how = covering[-1], "in flight"
                 else:
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE,
-                                                        self.turns.expect.hint)
+                    decode = asyncio.get_running_loop().run_in_executor(
+                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, self.turns.expect.hint)
                     how = "after end"
+                result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
             self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(stt_s, 3), via=how)
-        except Exception as exc:  # a broken decode must not end the call
-            self.log.error("stt_failed", error=str(exc))
-            self.events.emit(ev.ERROR, stage="stt", error=str(exc))
-            text, conf = STT_FAILURE_TEXT, 0.0
+        except Exception as exc:  # a recognizer that raises or stalls: tell the caller, don't go silent
+            error = str(exc) or f"no transcript after {STT_GIVE_UP_S} s"
+            self.log.error("stt_failed", error=error)
+            self.events.emit(ev.ERROR, stage="stt", error=error)
+            self._in_flight = max(0, self._in_flight - 1)
+            self.trouble("stt")
+            return
         if self.held:  # the supervisor has the call: heard and logged, not answered
             self._in_flight = max(0, self._in_flight - 1)
             return
         await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
+
+    async def _await_transcript(self, decode: asyncio.Future):
+        """The decode's result; "one moment" to the caller if it is slow, TimeoutError if stalled."""
+        try:  # shielded: a timeout gives up waiting, not the decode
+            return await asyncio.wait_for(asyncio.shield(decode), STT_STALL_S)
+        except asyncio.TimeoutError:
+            if not self.agent_speaking:
+                self.events.emit(ev.STAGE_SLOW, stage="stt", after_s=STT_STALL_S)
+                self._act([Say(HOLD_ON_TEXT)])
+        return await asyncio.wait_for(asyncio.shield(decode), STT_GIVE_UP_S - STT_STALL_S)
 
     def on_dtmf(self, digit: str, source: str = "rfc4733") -> None:
         """A keypad digit, from RFC 4733 telephone events or detected in the caller's audio. A peer
@@ -328,13 +383,14 @@ class CallSession:
 
     async def _decide_locked(self, step) -> None:
         async with self._decide_lock:
-            if self.dialog.finished or self._ended.is_set():
+            if self.dialog.finished or self._ended.is_set() or self.in_trouble:
                 return
             try:
                 actions = step()
             except Exception as exc:
                 self.log.error("flow_failed", error=str(exc))
                 self.events.emit(ev.ERROR, stage="flow", error=str(exc))
+                self.trouble("flow")
                 return
             d = self.dialog.last_decision
             extra = {"value": d.value} if d.value is not None else {}
@@ -410,12 +466,17 @@ class CallSession:
                 self.events.emit(ev.TRANSFER, to=action.to, mode=action.mode, accepted=ok)
                 if ok:
                     self.result.transferred_to = action.to
-                    if action.mode == "warm":  # bridged: the call goes on until either side hangs up
+                    # bridged (warm, or any transfer of a caller that cannot be REFERred): the call goes
+                    # on until either side hangs up
+                    if action.mode == "warm" or self.control.transfer_bridges:
                         self.bridged = True
                         return
                     self.end("transfer")
                     return
                 self._ending_by = None
+                if self.in_trouble:  # nobody to take the caller: ask them to call back
+                    self._act([Say(self.flow.trouble.call_back), Hangup()])
+                    continue
                 if self._supervisor_transfer:  # the supervisor's own transfer failed: the flow carries on
                     self._supervisor_transfer = False
                     continue
@@ -452,13 +513,38 @@ class CallSession:
         self._speaking_utterance = None
 
     async def _synthesise(self, text: str, utt: int, voice) -> None:
-        first = True
-        async for frame in self.tts.stream(text, voice):
-            if first:
-                self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
-            self.bridge.play(frame, utt, first=first)
-            first = False
+        try:
+            await self._voice_into(self.tts.stream(text, voice), utt)
+        except Exception as exc:  # the voice raised or stalled: the backup engine says the sentence
+            error = str(exc) or f"no audio within {TTS_FIRST_AUDIO_S} s"
+            self.log.error("tts_failed", error=error, fallback=BACKUP_VOICE)
+            self.events.emit(ev.ERROR, stage="tts", error=error)
+            self.events.emit(ev.STAGE_FALLBACK, stage="tts", to=BACKUP_VOICE)
+            await self._voice_into(self.backup_tts.stream(text), utt)
         self.bridge.end_utterance(utt)
+
+    async def _voice_into(self, frames, utt: int) -> None:
+        """Queue a voice's frames for playout; TimeoutError if it stalls (first frame, or a gap)."""
+        first = True
+        try:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(anext(frames), TTS_FIRST_AUDIO_S if first else TTS_FRAME_GAP_S)
+                except StopAsyncIteration:
+                    return
+                if first:
+                    self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
+                self.bridge.play(frame, utt, first=first)
+                first = False
+        finally:
+            with contextlib.suppress(Exception):
+                await frames.aclose()
+
+    @property
+    def backup_tts(self):
+        if self._backup_tts is None:
+            self._backup_tts = backup_speaker()
+        return self._backup_tts
 
     def _first_frame_out(self, utt: int, at: float) -> None:
         self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
@@ -588,6 +674,20 @@ class CallSession:
             self.events.next_turn()
             self._in_flight += 1
             await self._decide(self.dialog.on_no_input)
+
+
+_BACKUP_SPEAKER = None
+
+
+def backup_speaker():
+    """The voice of last resort, shared by the process's calls: espeak-ng, another engine than the
+    flows' SSM voices, so what breaks one is unlikely to break the other."""
+    global _BACKUP_SPEAKER
+    if _BACKUP_SPEAKER is None:
+        from callcenter.voice.speaker import make_tts
+
+        _BACKUP_SPEAKER = make_tts(BACKUP_VOICE)
+    return _BACKUP_SPEAKER
 
 
 def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:

@@ -71,6 +71,8 @@ class CallerStep:
 class SimulatedLine:
     """The simulator's stand-in for a SIP dialog: it records what the agent asked the line to do."""
 
+    transfer_bridges = False
+
     def __init__(self, accept_transfer: bool = True) -> None:
         self.transferred_to: str | None = None
         self.hung_up = False

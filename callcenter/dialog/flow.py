@@ -320,6 +320,21 @@ class Globals(_Strict):
     on_no_input: str | None = None
 
 
+class Trouble(_Strict):
+    """What the caller hears when a part of the agent fails (the recognizer raises or stalls, the voice
+    and its backup cannot speak, a stage crashes): a sentence within a second, then a transfer to a
+    person or, without one, a request to call back and goodbye."""
+    say: str = "I'm sorry, we're having technical trouble."
+    transfer_to: str | None = Field(None, description="a SIP URI or a queue name; none: ask to call back")
+    call_back: str = "Please call us back in a few minutes. Goodbye."
+    transferring: str = "Let me put you through to a colleague."
+
+
+def trouble_destination(flow: "Flow") -> str | None:
+    to = flow.trouble.transfer_to
+    return flow.queues.get(to, to) if to is not None else None
+
+
 class LlmProviderConfig(_Strict):
     kind: Literal["local", "openai", "anthropic", "bedrock"] = Field(
         "local", description="local: offline (sentence embeddings and rules, no key, no network); openai: any "
@@ -349,6 +364,7 @@ class Flow(_Strict):
     llm: dict[str, LlmProviderConfig] = Field(default_factory=lambda: {"default": LlmProviderConfig()},
                                               description="LLM providers by name; llm nodes pick one.")
     globals: Globals = Field(default_factory=Globals)
+    trouble: Trouble = Field(default_factory=Trouble)
     start: str
     nodes: dict[str, Node] = Field(min_length=1)
 
@@ -495,6 +511,9 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
         problems.append((("voice",), problem))
     if flow.start not in flow.nodes:
         problems.append((("start",), f"start node {flow.start!r} is not defined"))
+    to = flow.trouble.transfer_to
+    if to is not None and to not in flow.queues and not re.match(r"^(sips?|tel):", to):
+        problems.append((("trouble", "transfer_to"), f"{to!r} is neither a SIP URI nor one of the flow's queues"))
     known = defined_variables(flow)
     for name, node in flow.nodes.items():
         if getattr(node, "voice", None) is not None and (problem := voice_problem(node.voice.name)):

@@ -250,6 +250,7 @@ def call_row(live) -> dict[str, Any]:
     return {
         "call_id": live.call_id,
         "caller": s.dialog.variables.get("caller", ""),
+        "transport": live.transport,
         "flow": s.flow.name,
         "flow_version": s.flow.version,
         "node": s.dialog.node_name,

@@ -392,7 +392,7 @@ class SupervisorApp(App):
         seconds = int(row.get("duration_s", 0))
         marked = " ✎" if row.get("marked") else ""
         return [
-            Text(str(row.get("caller", "")).removeprefix("sip:").split("@")[0][:15]),
+            Text(caller_label(row)[:15]),
             Text(f"{row.get('flow', '')}/{row.get('node', '')}"[:18]),
             Text((state + marked)[:11], style=style),
             f"{seconds // 60}:{seconds % 60:02d}",
@@ -517,6 +517,14 @@ class SupervisorApp(App):
 def write_transcript(log: RichLog, lines: list[tuple[str, str]]) -> None:
     for who, text in lines:
         log.write(Text.assemble((f"{who:>10} ", WHO_STYLE.get(who, "")), text))
+
+
+def caller_label(row: dict) -> str:
+    """sip:4155550100@pbx → 4155550100; a browser caller (webrtc:203.0.113.5) → web 203.0.113.5."""
+    caller = str(row.get("caller", ""))
+    if row.get("transport") == "webrtc" or caller.startswith("webrtc:"):
+        return "web " + caller.removeprefix("webrtc:")
+    return caller.removeprefix("sip:").split("@")[0]
 
 
 def _meter(db: float) -> Text:

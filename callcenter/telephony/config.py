@@ -68,6 +68,29 @@ class Control(_Strict):
     _ip = field_validator("host")(Listen._ip.__func__)
 
 
+class WebRtc(_Strict):
+    """Browser callers: the /call page and its WebRTC offer/answer endpoint."""
+    host: str = Field("127.0.0.1", description="bind address of the page's HTTP server")
+    port: int = Field(8480, ge=0, le=65535, description="0: pick a free port (written to the log)")
+    max_calls: int = Field(3, ge=1, le=64, description="browser calls at once; more get a busy message, as do "
+                                                       "browser calls while the process has max_calls calls of "
+                                                       "any kind (bench webrtc: 3 on time, 4 with 40 % of "
+                                                       "frames late, on 2 cores)")
+    candidates: list[str] = Field(default_factory=list,
+                                  description="addresses offered for media (ICE host candidates); empty: "
+                                              "every interface's address except loopback")
+    stun_servers: list[str] = Field(default_factory=list, description="e.g. stun:stun.example.com:3478")
+
+    _ip = field_validator("host")(Listen._ip.__func__)
+
+    @field_validator("candidates")
+    @classmethod
+    def _addresses(cls, v: list[str]) -> list[str]:
+        for a in v:
+            Listen._ip.__func__(cls, a)
+        return v
+
+
 class SipConfig(_Strict):
     agent_user: str = Field("agent", description="the user part of the agent's SIP URI")
     listen: Listen = Listen()
@@ -77,6 +100,7 @@ class SipConfig(_Strict):
     recordings: Path = Path("recordings")
     registration: Registration | None = None
     control: Control | None = Field(None, description="the supervisor API; off when absent")
+    webrtc: WebRtc | None = Field(None, description="browser callers (the /call page); off when absent")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")
