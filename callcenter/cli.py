@@ -134,7 +134,13 @@ def cmd_kamailio_config(args) -> int:
     if not workers:
         raise CliError("name the workers: --config CONFIG --workers N (as serve --workers N runs them), "
                        "or --worker sip:HOST:PORT for each")
-    cfg = write_kamailio_config(args.out, args.listen, workers)
+    from callcenter.telephony.kamailio import callers_from_env
+
+    try:
+        callers = callers_from_env(args.caller or [])
+        cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
     return 0
 
@@ -254,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--worker", action="append", help="a worker's SIP URI (sip:10.0.0.5:5062), repeatable")
     s.add_argument("--listen", default="127.0.0.1:5060", help="where Kamailio listens (host:port)")
     s.add_argument("--out", default="build/kamailio")
+    s.add_argument("--caller", action="append", metavar="USER=ENV_VAR",
+                   help="require digest authentication of INVITEs; this caller's password is in ENV_VAR (repeatable)")
+    s.add_argument("--realm", default="callcenter", help="the digest realm")
     s.set_defaults(fn=cmd_kamailio_config)
 
     s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")

@@ -419,6 +419,7 @@ class AgentProcess:
         self.webrtc_url = f"http://127.0.0.1:{webrtc_port}" if webrtc_port is not None else None
         self.token = token
         self.sip_port = sip_port
+        self.rtp_port = rtp_port
         self.uri = f"sip:agent@127.0.0.1:{sip_port}"
         self.log_path = self.dir / "agent.log"
         self.cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(self.config), "--flow", str(flow)]

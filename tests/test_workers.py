@@ -133,3 +133,53 @@ def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
             pool.wait(30)
         except subprocess.TimeoutExpired:
             pool.kill()
+
+
+AUTH_UAC = Path(__file__).resolve().parent / "sipp" / "uac_auth.xml"
+
+
+def test_kamailio_digest_authentication_of_callers(tmp_path, monkeypatch):
+    """pjsua2 cannot challenge incoming INVITEs, so Kamailio does: no credentials → 407 (and no call),
+    the wrong password → 403, the right one → the call reaches the agent."""
+    from callcenter.server import AgentProcess
+    from tests.conftest import rtp_base
+
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()
+    balancer = free_udp_port()
+    monkeypatch.setenv("ALICE_PASSWORD", "correct horse")
+    subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--worker", agent.uri.replace("agent@", ""),
+                    "--listen", f"127.0.0.1:{balancer}", "--out", str(tmp_path / "kam"),
+                    "--caller", "alice=ALICE_PASSWORD"], check=True, capture_output=True)
+    cfg = tmp_path / "kam" / "kamailio.cfg"
+    assert oct(cfg.stat().st_mode & 0o777) == "0o600"
+    kam_log = tmp_path / "kamailio.log"
+    kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(tmp_path / "kam.pid")],
+                                stdout=subprocess.DEVNULL, stderr=open(kam_log, "wb"))
+
+    def call(user: str, password: str, tag: str) -> str:
+        subprocess.run(["sipp", "-sf", str(AUTH_UAC), f"127.0.0.1:{balancer}", "-s", "agent", "-i", "127.0.0.1",
+                        "-p", "0", "-au", user, "-ap", password, "-m", "1", "-d", "1500", "-timeout", "30",
+                        "-nostdin", "-trace_msg", "-message_file", str(tmp_path / f"{tag}.msg")],
+                       cwd=tmp_path, capture_output=True, timeout=60)
+        return (tmp_path / f"{tag}.msg").read_text(errors="replace")
+
+    try:
+        time.sleep(2.0)
+        assert kamailio.poll() is None, kam_log.read_text()[-3000:]
+        wrong = call("alice", "battery staple", "wrong")
+        assert "SIP/2.0 407" in wrong and "SIP/2.0 403 Forbidden" in wrong and "SIP/2.0 200" not in wrong
+        stranger = call("mallory", "correct horse", "stranger")
+        assert "SIP/2.0 403 Forbidden" in stranger
+        assert agent.calls() == []  # nothing reached the agent
+        assert "authentication failed for 'alice'" in kam_log.read_text()
+        right = call("alice", "correct horse", "right")
+        assert "SIP/2.0 200 OK" in right, right[-2000:]
+        wait_for(lambda: len(agent.calls()) == 1, 10, "the authenticated call at the agent")
+        # no credentials at all: challenged, and the plain caller (who cannot answer it) gets no call
+        row = sipp_calls(balancer, 1, tmp_path, "plain")
+        assert int(row["SuccessfulCall(C)"]) == 0
+        assert len(agent.calls()) == 1
+    finally:
+        kamailio.terminate()
+        kamailio.wait(10)
+        agent.stop()

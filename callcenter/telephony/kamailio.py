@@ -3,10 +3,18 @@ a dispatcher list. Kamailio's dispatcher module spreads new INVITEs round-robin 
 pings them with OPTIONS (a silent worker is taken out within a few seconds and put back when it
 answers again) and, when a worker times out or answers 5xx or 486 (all its call slots busy), tries
 the next one. It record-routes INVITEs, so ACK and BYE of a call follow the call to its worker.
+
+With callers' credentials (`--caller USER=ENV_VAR`) Kamailio also asks every INVITE for digest
+authentication (407): missing credentials are challenged, wrong ones get 403 Forbidden, and only
+authenticated INVITEs reach a worker. pjsua2 cannot challenge incoming INVITEs itself, so the
+balancer is where this belongs. The passwords (from the environment, at generation time) sit in an
+in-memory table of the generated config, which is written with mode 600.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 DISPATCHER_SET = 1
@@ -34,7 +42,7 @@ loadmodule "siputils.so"
 loadmodule "xlog.so"
 loadmodule "sanity.so"
 loadmodule "dispatcher.so"
-
+{auth_modules}
 modparam("tm", "fr_timer", {no_answer_ms})
 modparam("tm", "fr_inv_timer", 60000)
 modparam("dispatcher", "list_file", "{dispatcher_list}")
@@ -79,7 +87,7 @@ request_route {{
         sl_send_reply("200", "OK");
         exit;
     }}
-    t_check_trans();
+{auth_block}    t_check_trans();
     record_route();
     if (!ds_select_dst("{dset}", "4")) {{   # 4: round-robin over the workers that are up
         sl_send_reply("503", "No agent available");
@@ -90,7 +98,7 @@ request_route {{
     exit;
 }}
 
-failure_route[NEXT_WORKER] {{
+{auth_events}failure_route[NEXT_WORKER] {{
     if (t_is_canceled()) exit;
     if (t_check_status("408|486|5[0-9][0-9]")) {{
         if (t_check_status("408|5[0-9][0-9]")) ds_mark_dst("ip");   # down: out until it answers OPTIONS
@@ -111,8 +119,59 @@ def module_dir() -> str:
     return MODULE_DIRS[0]
 
 
-def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4) -> Path:
-    """`workers`: SIP URIs (sip:127.0.0.1:5070). Returns the path of kamailio.cfg."""
+AUTH_MODULES = """loadmodule "auth.so"
+loadmodule "htable.so"
+modparam("htable", "htable", "callers=>size=8;")
+"""
+
+AUTH_BLOCK = """    if (is_method("INVITE")) {{
+        # digest authentication of callers: challenge, refuse wrong credentials, consume good ones
+        $var(password) = $sht(callers=>$au);
+        $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
+        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{   # none yet, stale or foreign nonce
+            auth_challenge("{realm}", "0");
+            exit;
+        }}
+        if ($var(rc) < 0) {{   # wrong password, unknown user, malformed credentials
+            xlog("L_WARN", "authentication failed for '$au' from $si:$sp ($var(rc))\\n");
+            sl_send_reply("403", "Forbidden");
+            exit;
+        }}
+        consume_credentials();
+    }}
+"""
+
+USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
+
+
+def _auth_events(callers: dict[str, str]) -> str:
+    lines = []
+    for user, password in callers.items():
+        if not USER.match(user):
+            raise ValueError(f"caller name {user!r}: letters, digits and . _ + - only")
+        if not password or any(c in password for c in '"\\\n\r$'):
+            raise ValueError(f"the password of {user!r} is empty or has a quote, backslash, $ or newline")
+        lines.append(f'    $sht(callers=>{user}) = "{password}";\n')
+    return "event_route[htable:mod-init] {\n" + "".join(lines) + "}\n\n"
+
+
+def callers_from_env(specs: list[str]) -> dict[str, str]:
+    """["alice=ALICE_PASSWORD", ...] → {"alice": <$ALICE_PASSWORD>}."""
+    out = {}
+    for spec in specs:
+        user, sep, env = spec.partition("=")
+        if not sep or not env:
+            raise ValueError(f"--caller {spec!r}: expected USER=ENV_VAR (the password's environment variable)")
+        if env not in os.environ:
+            raise ValueError(f"--caller {spec!r}: environment variable {env} is not set")
+        out[user] = os.environ[env]
+    return out
+
+
+def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4,
+                          callers: dict[str, str] | None = None, realm: str = "callcenter") -> Path:
+    """`workers`: SIP URIs (sip:127.0.0.1:5070); `callers`: user → password for digest
+    authentication of INVITEs (none: no authentication). Returns the path of kamailio.cfg."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dispatcher = out / "dispatcher.list"
@@ -120,6 +179,13 @@ def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], 
         f"{DISPATCHER_SET} {uri if uri.startswith('sip:') else 'sip:' + uri} 0 {len(workers) - i}\n"
         for i, uri in enumerate(workers)))
     cfg = out / "kamailio.cfg"
-    cfg.write_text(CONFIG.format(children=children, listen=listen, mpath=module_dir(),
-                                 no_answer_ms=NO_ANSWER_MS, dispatcher_list=dispatcher, dset=DISPATCHER_SET))
+    text = CONFIG.format(children=children, listen=listen, mpath=module_dir(),
+                         no_answer_ms=NO_ANSWER_MS, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
+                         auth_modules=AUTH_MODULES if callers else "",
+                         auth_block=AUTH_BLOCK.format(realm=realm) if callers else "",
+                         auth_events=_auth_events(callers) if callers else "")
+    fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(cfg, 0o600)
     return cfg
