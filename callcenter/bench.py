@@ -79,12 +79,27 @@ def _cpu_summary(cpu_s: float, wall_s: float, concurrent: int) -> dict:
             "core_share_per_call": round(cpu_s / wall_s / max(1, concurrent), 3)}
 
 
-def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
-    """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip."""
+def _media_summary(media: list[dict]) -> dict:
+    sent = sum(m.get("frames_out", 0) for m in media)
+    late = sum(m.get("late_frames", 0) for m in media)
+    return {"frames_sent": sent, "late_frames": late, "late_ratio": round(late / sent, 4) if sent else None,
+            "worst_late_ms": max((m.get("worst_late_ms", 0) for m in media), default=None)}
+
+
+def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: int = 0) -> dict:
+    """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip;
+    with `workers`, `serve --workers N` behind Kamailio, and the callers dial the balancer."""
+    from callcenter.workers import Fleet
+
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
     # caller speaks after the greeting and menu prompt, and again after the answer
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
-    agent = AgentProcess(work / "agent", _free_port(), 30000, flow).start()
+    if workers:
+        agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
+        pids = agent.worker_pids()
+    else:
+        agent = AgentProcess(work / "agent", _free_port(), 30000, flow).start()
+        pids = [agent.proc.pid]
 
     def one(i: int) -> None:
         with Softphone(work / f"phone{i}", mic) as phone:
@@ -93,34 +108,41 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1) -> dict:
             phone.wait_ended(90)
 
     t0 = time.monotonic()
-    cpu0 = cpu_seconds(agent.proc.pid)
+    cpu0 = sum(cpu_seconds(p) for p in pids)
     try:
         with ThreadPoolExecutor(max(1, concurrent)) as pool:
             list(pool.map(one, range(calls)))
         calls_wall = time.monotonic() - t0
-        cpu = cpu_seconds(agent.proc.pid) - cpu0
+        cpu = sum(cpu_seconds(p) for p in pids) - cpu0
         time.sleep(1.0)
     finally:
         agent.stop()
     per_call = []
     all_turns = []
+    media = []
     for jsonl in agent.calls():
         events = read_events(jsonl)
         turns = turn_latencies(events)
         all_turns += turns
+        media += [e for e in events if e["kind"] == "media"]
         per_call.append({"call_id": events[0]["call_id"] if events else jsonl.stem, "turns": turns,
+                         "worker": events[0].get("worker") if events else None,
                          "transcript": [(e["kind"], e.get("text")) for e in events if e["kind"] in ("stt_final", "agent_say")]})
     summary = {
         "calls": len(per_call),
         "turns": len(all_turns),
         "concurrent": concurrent,
+        "workers": workers or 1,
         "wall_s": round(time.monotonic() - t0, 1),
         **_cpu_summary(cpu, calls_wall, concurrent),
+        **_media_summary(media),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
     }
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
               "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
-                      "endpointing silence (the flow node's end_silence_ms)."}
+                      "endpointing silence (the flow node's end_silence_ms). late = a frame the transport "
+                      "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
+                      "were not answered in time."}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     shutil.rmtree(work, ignore_errors=True)
@@ -170,18 +192,16 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
     finally:
         agent.stop()
     failed = [str(r) for r in results if isinstance(r, BaseException)]
-    media = [json.loads(line) for line in agent.log().splitlines() if '"webrtc_media"' in line]
-    all_turns = []
+    all_turns, media = [], []
     for jsonl in agent.calls():
-        all_turns += turn_latencies(read_events(jsonl))
-    sent = sum(m.get("frames_sent", 0) for m in media)
-    late = sum(m.get("late_frames", 0) for m in media)
+        events = read_events(jsonl)
+        all_turns += turn_latencies(events)
+        media += [e for e in events if e["kind"] == "media"]
     summary = {
         "calls": calls, "failed": len(failed), "codec": codec.upper(), "wall_s": round(calls_wall, 1),
         **_cpu_summary(cpu, calls_wall, calls),
         "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
-        "frames_sent": sent, "late_frames": late, "late_ratio": round(late / sent, 4) if sent else None,
-        "worst_late_ms": max((m.get("worst_late_ms", 0) for m in media), default=None),
+        **_media_summary(media),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
     }
@@ -189,6 +209,98 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
               "note": "core_share_per_call = agent CPU seconds / wall seconds / calls (the whole pipeline: "
                       "aiortc, denoise, VAD, STT, flow, TTS); compare with `bench call` for a SIP line. "
                       "late = a frame that left more than 20 ms after its tick."}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _open_fds(pid: int) -> int:
+    import os
+
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, sample_s: float = 30.0) -> dict:
+    """`calls` baresip callers at once, each calling again as soon as its call ends, for `minutes`,
+    against `serve --workers N` behind Kamailio. Every `sample_s`: each worker's RSS and open file
+    descriptors. At the end: growth after the warm-up (the first fifth), calls that never ended
+    (no call_end in their events), late frames, voice-to-voice."""
+    import threading
+
+    from callcenter.workers import Fleet
+
+    work = Path(tempfile.mkdtemp(prefix="callcenter-soak-"))
+    mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
+    fleet = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
+    pids = fleet.worker_pids()
+    stop = threading.Event()
+    placed = {"n": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def caller(i: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            with Softphone(work / f"phone{i}-{n % 2}", mic) as phone:
+                phone.dial(fleet.uri)
+                ok = phone.wait_established(10)
+                if ok:
+                    phone.wait_ended(90)
+            with lock:
+                placed["n"] += 1
+                placed["failed"] += 0 if ok else 1
+
+    samples = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(calls)]
+    for i, t in enumerate(threads):
+        t.start()
+        time.sleep(2.0)  # staggered, so turns do not all fall on the same second
+    try:
+        while time.monotonic() - t0 < minutes * 60:
+            time.sleep(sample_s)
+            alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+            samples.append({"t_s": round(time.monotonic() - t0), "rss_mb": [round(_rss_mb(p), 1) for p in alive],
+                            "fds": [_open_fds(p) for p in alive], "calls_placed": placed["n"]})
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+        time.sleep(3)
+        end_fds = [_open_fds(p) for p in pids if Path(f"/proc/{p}").exists()]
+        end_rss = [round(_rss_mb(p), 1) for p in pids if Path(f"/proc/{p}").exists()]
+        fleet.stop()
+    warm = samples[max(0, len(samples) // 5 - 1)] if samples else None
+    last = samples[-1] if samples else None
+    unfinished, all_turns, media = [], [], []
+    for jsonl in fleet.calls():
+        events = read_events(jsonl)
+        if not events or events[-1]["kind"] != "call_end":
+            unfinished.append(jsonl.stem)
+        all_turns += turn_latencies(events)
+        media += [e for e in events if e["kind"] == "media"]
+    growth = ([round(100 * (b - a) / a, 1) for a, b in zip(warm["rss_mb"], last["rss_mb"])]
+              if warm and last and len(warm["rss_mb"]) == len(last["rss_mb"]) else None)
+    summary = {
+        "minutes": minutes, "concurrent": calls, "workers": workers, "calls_placed": placed["n"],
+        "calls_failed_to_connect": placed["failed"], "calls_recorded": len(fleet.calls()),
+        "calls_without_end": len(unfinished),
+        "rss_mb_after_warmup": warm["rss_mb"] if warm else None, "rss_mb_at_end": last["rss_mb"] if last else None,
+        "rss_growth_pct": growth, "fds_after_warmup": warm["fds"] if warm else None,
+        "fds_at_end_of_load": last["fds"] if last else None, "fds_idle_after": end_fds, "rss_idle_after": end_rss,
+        "workers_restarted": len(fleet.log_lines("worker_died")),
+        **_media_summary(media),
+        **({"voice_to_voice": _pct([t["voice_to_voice"] for t in all_turns])} if all_turns else {}),
+    }
+    report = {"benchmark": "soak", "summary": summary, "samples": samples, "unfinished": unfinished[:20]}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     shutil.rmtree(work, ignore_errors=True)

@@ -191,7 +191,16 @@ def cmd_test(args) -> int:
 def cmd_bench(args) -> int:
     from callcenter.bench import bench_call
 
-    report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent)
+    report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent,
+                        workers=args.workers)
+    print(json.dumps(report["summary"], indent=2))
+    return 0
+
+
+def cmd_bench_soak(args) -> int:
+    from callcenter.bench import bench_soak
+
+    report = bench_soak(args.minutes, args.calls, args.workers, args.flow, Path(args.json))
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -338,10 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
     s = b.add_parser("call", help="scripted calls over real SIP: per-stage turn latency")
     s.add_argument("--calls", type=int, default=4)
-    s.add_argument("--concurrent", type=int, default=1, help="calls in flight at once (at most 4)")
+    s.add_argument("--concurrent", type=int, default=1, help="calls in flight at once (at most 4 per worker)")
+    s.add_argument("--workers", type=int, default=0,
+                   help="run `serve --workers N` behind Kamailio and call the balancer (0: one agent, no balancer)")
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
+    s = b.add_parser("soak", help="calls back to back for a long time behind Kamailio: memory, handles, leaked calls")
+    s.add_argument("--minutes", type=float, default=30)
+    s.add_argument("--calls", type=int, default=4, help="callers at once, each calling again when done")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--flow", default="flows/support.yaml")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_soak)
     s = b.add_parser("webrtc", help="browser calls at once over WebRTC: agent CPU per call, late frames, latency")
     s.add_argument("--calls", type=int, default=1)
     s.add_argument("--codec", choices=["pcmu", "opus"], default="pcmu")

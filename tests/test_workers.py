@@ -2,8 +2,6 @@
 are spread over both workers; a worker killed with -9 is routed around within seconds, reported and
 restarted, and takes calls again once it is back."""
 
-import json
-import re
 import shutil
 import signal
 import subprocess
@@ -65,47 +63,22 @@ def workers_of(recordings: Path, since: float = 0.0) -> list[str]:
     return out
 
 
-def log_lines(path: Path, event: str) -> list[dict]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if f'"{event}"' in line:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
 def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
-    sip, balancer = two_free_ports(), free_udp_port()
-    recordings = tmp_path / "recordings"
-    config = tmp_path / "sip.yaml"
-    config.write_text(f"listen: {{host: 127.0.0.1, port: {sip}}}\nrtp_port: 31000\nmax_calls: 4\n"
-                      f"recordings: {recordings}\n")
-    log = tmp_path / "workers.log"
-    pool = subprocess.Popen([sys.executable, "-m", "callcenter.cli", "serve", "--workers", "2", "--config",
-                             str(config), "--flow", str(FLOW)], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-    kamailio = None
-    try:
-        wait_for(lambda: len(log_lines(log, "sip_listening")) >= 2, 120, "two workers listening")
-        out = subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--config", str(config),
-                              "--workers", "2", "--listen", f"127.0.0.1:{balancer}", "--out", str(tmp_path / "kam")],
-                             capture_output=True, text=True, check=True)
-        cfg = tmp_path / "kam" / "kamailio.cfg"
-        assert str(cfg) in out.stdout
-        kam_log = tmp_path / "kamailio.log"
-        kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(tmp_path / "kam.pid")],
-                                    stdout=subprocess.DEVNULL, stderr=open(kam_log, "wb"))
-        time.sleep(2.0)
-        assert kamailio.poll() is None, kam_log.read_text()[-3000:]
+    from callcenter.workers import Fleet
 
+    sip, balancer = two_free_ports(), free_udp_port()
+    fleet = Fleet(tmp_path, FLOW, 2, sip, balancer)
+    recordings = fleet.recordings
+    try:
+        fleet.start()
+        assert oct((tmp_path / "kamailio" / "kamailio.cfg").stat().st_mode & 0o777) == "0o600"
         row = sipp_calls(balancer, 4, tmp_path, "spread")
         assert int(row["SuccessfulCall(C)"]) == 4, row
         wait_for(lambda: len(workers_of(recordings)) == 4, 10, "four recorded calls")
         spread = workers_of(recordings)
         assert set(spread) == {f"127.0.0.1:{sip}", f"127.0.0.1:{sip + 1}"}, spread
 
-        victim = [w for w in log_lines(log, "worker_started") if w["worker"] == 0][-1]["pid"]
+        victim = [w for w in fleet.log_lines("worker_started") if w["worker"] == 0][-1]["pid"]
         killed_at = time.time()
         subprocess.run(["kill", "-9", str(victim)], check=True)
         t0 = time.monotonic()
@@ -114,10 +87,10 @@ def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
         assert time.monotonic() - t0 < 20
         after = workers_of(recordings, since=killed_at)
         assert after and set(after) == {f"127.0.0.1:{sip + 1}"}, after
-        died = log_lines(log, "worker_died")
+        died = fleet.log_lines("worker_died")
         assert died and died[0]["worker"] == 0 and died[0]["returncode"] == -signal.SIGKILL
 
-        wait_for(lambda: len(log_lines(log, "sip_listening")) >= 3, 120, "the killed worker back")
+        wait_for(lambda: len(fleet.log_lines("sip_listening")) >= 3, 120, "the killed worker back")
         time.sleep(5)  # Kamailio's OPTIONS pings see it answer again
         back_at = time.time()
         row = sipp_calls(balancer, 4, tmp_path, "back")
@@ -125,14 +98,7 @@ def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
         wait_for(lambda: len(workers_of(recordings, since=back_at)) == 4, 10, "calls after the restart")
         assert f"127.0.0.1:{sip}" in workers_of(recordings, since=back_at)
     finally:
-        if kamailio and kamailio.poll() is None:
-            kamailio.terminate()
-            kamailio.wait(10)
-        pool.send_signal(signal.SIGTERM)
-        try:
-            pool.wait(30)
-        except subprocess.TimeoutExpired:
-            pool.kill()
+        fleet.stop()
 
 
 AUTH_UAC = Path(__file__).resolve().parent / "sipp" / "uac_auth.xml"

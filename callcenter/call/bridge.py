@@ -26,6 +26,9 @@ LEVEL_EVERY_FRAMES = 10
 
 SILENCE_PCM = bytes(FRAME_BYTES)
 REFERENCE_BACKLOG = 5  # agent frames kept for pairing when the clock delivers sends and receives unevenly
+FRAME_S = 0.02
+LATE_S = FRAME_S  # a frame leaving more than one frame time after its tick is late
+RESYNC_S = 0.2  # a transport this far behind has stalled: its clock starts afresh
 RELAY_MAX_FRAMES = 5  # relayed audio queued beyond this (two clocks drifting apart) drops its oldest frame
 RELAYED = -1  # the utterance number of audio relayed from another leg
 
@@ -70,6 +73,11 @@ class MediaBridge:
         self.caller_level_dbfs = -120.0
         self.agent_level_dbfs = -120.0
         self._relay: MediaBridge | None = None
+        # how well the transport keeps the 20 ms clock (both SIP and WebRTC ask for one frame a tick)
+        self.frames_out = 0
+        self.late_frames = 0
+        self.worst_late_s = 0.0
+        self._clock0: float | None = None
 
     # ---- asyncio side
     def on_playout(self, first_frame: Callable[[int, float], None],
@@ -122,9 +130,26 @@ class MediaBridge:
         return len(self._out)
 
     # ---- transport clock side (any thread)
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self._clock0 is None:
+            self._clock0 = now
+        late = now - (self._clock0 + self.frames_out * FRAME_S)
+        if late > LATE_S:
+            self.late_frames += 1
+            self.worst_late_s = max(self.worst_late_s, late)
+            if late > RESYNC_S:
+                self._clock0 = now - self.frames_out * FRAME_S
+        self.frames_out += 1
+
+    def media_stats(self) -> dict:
+        return {"frames_out": self.frames_out, "late_frames": self.late_frames,
+                "worst_late_ms": round(self.worst_late_s * 1000, 1)}
+
     def agent_frame(self) -> bytes:
         if self.closed:
             return SILENCE_PCM
+        self._tick()
         with self._lock:
             item = self._out.popleft() if self._out and not self.paused else None
         if self._pending_agent is not None and self.recorder:

@@ -40,6 +40,7 @@ CALL_END = "call_end"
 SUPERVISOR = "supervisor"
 MARKED = "marked"
 ERROR = "error"
+MEDIA = "media"  # at the end: frames sent, how many left late (the transport missed its 20 ms tick)
 STAGE_SLOW = "stage_slow"  # a stage is late: the caller hears "one moment"
 STAGE_FALLBACK = "stage_fallback"  # a stage failed and its backup took over (the voice → espeak-ng)
 TROUBLE = "trouble"  # a stage failed for good: the caller is told, then transferred or let go

@@ -201,6 +201,7 @@ class CallSession:
         self.result.transcript = self.events.transcript()
         self.result.path = list(self.dialog.path)
         self.result.variables = dict(self.dialog.variables)
+        self.events.emit(ev.MEDIA, **self.bridge.media_stats())
         self.events.emit(ev.CALL_END, ended_by=self.result.ended_by)
 
     # ------------------------------------------------------------ barge-in

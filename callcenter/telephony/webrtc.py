@@ -131,8 +131,6 @@ def _agent_track_class():
             self._start: float | None = None
             self.sent = 0
             self._pts = 0
-            self.late_frames = 0  # frames that left more than one frame time after their tick
-            self.worst_late_s = 0.0
 
         def send_at(self, rate: int) -> None:
             if rate != SAMPLE_RATE:
@@ -152,9 +150,6 @@ def _agent_track_class():
                 await asyncio.sleep(due - now)
             elif now - due > LATE_RESET_S:
                 self._start = now - self.sent * FRAME_S
-            elif now - due > FRAME_S:
-                self.late_frames += 1
-                self.worst_late_s = max(self.worst_late_s, now - due)
             samples = np.frombuffer(self.source(), dtype=np.int16)
             layout = "mono"
             if self._up is not None:  # Opus: 48 kHz, both channels ours (aiortc's upmix would lose 3 dB)
@@ -342,9 +337,6 @@ class WebRtcPeer:
         if self._watchdog is not None and self._watchdog is not asyncio.current_task():
             self._watchdog.cancel()
         self.track.stop()
-        self.log.info("webrtc_media", frames_sent=self.track.sent, late_frames=self.track.late_frames,
-                      worst_late_ms=round(self.track.worst_late_s * 1000, 1),
-                      codec=f"{self.codec[0]}/{self.codec[1]}" if self.codec else None)
         await self.pc.close()
         if self._reader is not None:
             self._reader.cancel()
