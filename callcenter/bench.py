@@ -79,6 +79,18 @@ def _cpu_summary(cpu_s: float, wall_s: float, concurrent: int) -> dict:
             "core_share_per_call": round(cpu_s / wall_s / max(1, concurrent), 3)}
 
 
+FAULT_KINDS = ("stage_slow", "stage_fallback", "trouble", "error")
+
+
+def _faults(events: list[dict]) -> dict:
+    """How often the agent had to cover for a slow or failed stage (see call/session.py)."""
+    out = {k: 0 for k in FAULT_KINDS}
+    for e in events:
+        if e["kind"] in out:
+            out[e["kind"]] += 1
+    return out
+
+
 def _media_summary(media: list[dict]) -> dict:
     sent = sum(m.get("frames_out", 0) for m in media)
     late = sum(m.get("late_frames", 0) for m in media)
@@ -120,8 +132,10 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
     per_call = []
     all_turns = []
     media = []
+    every = []
     for jsonl in agent.calls():
         events = read_events(jsonl)
+        every += events
         turns = turn_latencies(events)
         all_turns += turns
         media += [e for e in events if e["kind"] == "media"]
@@ -136,6 +150,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         "wall_s": round(time.monotonic() - t0, 1),
         **_cpu_summary(cpu, calls_wall, concurrent),
         **_media_summary(media),
+        "faults": _faults(every),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
     }
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
@@ -192,15 +207,17 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
     finally:
         agent.stop()
     failed = [str(r) for r in results if isinstance(r, BaseException)]
-    all_turns, media = [], []
+    all_turns, media, every = [], [], []
     for jsonl in agent.calls():
         events = read_events(jsonl)
+        every += events
         all_turns += turn_latencies(events)
         media += [e for e in events if e["kind"] == "media"]
     summary = {
         "calls": calls, "failed": len(failed), "codec": codec.upper(), "wall_s": round(calls_wall, 1),
         **_cpu_summary(cpu, calls_wall, calls),
         "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
+        "faults": _faults(every),
         **_media_summary(media),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
@@ -280,9 +297,10 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         fleet.stop()
     warm = samples[max(0, len(samples) // 5 - 1)] if samples else None
     last = samples[-1] if samples else None
-    unfinished, all_turns, media = [], [], []
+    unfinished, all_turns, media, every = [], [], [], []
     for jsonl in fleet.calls():
         events = read_events(jsonl)
+        every += events
         if not events or events[-1]["kind"] != "call_end":
             unfinished.append(jsonl.stem)
         all_turns += turn_latencies(events)
@@ -297,6 +315,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "rss_growth_pct": growth, "fds_after_warmup": warm["fds"] if warm else None,
         "fds_at_end_of_load": last["fds"] if last else None, "fds_idle_after": end_fds, "rss_idle_after": end_rss,
         "workers_restarted": len(fleet.log_lines("worker_died")),
+        "faults": _faults(every),
         **_media_summary(media),
         **({"voice_to_voice": _pct([t["voice_to_voice"] for t in all_turns])} if all_turns else {}),
     }

@@ -166,8 +166,17 @@ def cmd_flows_check(args) -> int:
 def cmd_tui(args) -> int:
     from callcenter.supervisor.tui import run_tui
 
+    urls = list(args.connect or [])
+    recordings = Path(args.recordings)
     try:
-        return run_tui(args.connect or ["http://127.0.0.1:8470"], args.token, Path(args.recordings))
+        if args.config:  # every worker of `serve --workers N --config C`: control ports control.port + i
+            from callcenter.telephony.config import load_sip_config
+            from callcenter.workers import worker_control_urls
+
+            cfg = load_sip_config(args.config)
+            urls += worker_control_urls(cfg, args.workers)
+            recordings = Path(cfg.recordings)
+        return run_tui(urls or ["http://127.0.0.1:8470"], args.token, recordings)
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -335,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token", default=None, help="API token (default: $CALLCENTER_TOKEN, else "
                                                  "recordings/.control-token)")
     s.add_argument("--recordings", default="recordings", help="where to look for .control-token")
+    s.add_argument("--config", default=None, help="connect to every worker of `serve --workers N` with this config")
+    s.add_argument("--workers", type=int, default=1, help="with --config: how many workers")
     s.set_defaults(fn=cmd_tui)
 
     s = sub.add_parser("test", help="run flow scenarios: a simulated caller against a flow, with checks")

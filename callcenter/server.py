@@ -400,7 +400,7 @@ class AgentProcess:
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
                  max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
                  token: str | None = None, extra_config: str = "", webrtc_port: int | None = None,
-                 webrtc_max_calls: int = 3):
+                 webrtc_max_calls: int = 2):
         import sys
 
         self.dir = Path(workdir)

@@ -43,6 +43,13 @@ def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple
     return out
 
 
+def worker_control_urls(config: SipConfig, workers: int) -> list[str]:
+    """The control APIs of `serve --workers N` (control.port + i), for `callcenter tui --config`."""
+    if config.control is None:
+        raise ValueError("the config has no control: section, so the workers have no control API")
+    return [f"http://{config.control.host}:{config.control.port + i}" for i in range(workers)]
+
+
 def worker_uris(config: SipConfig, workers: int) -> list[str]:
     return [f"sip:{config.listen.host}:{config.listen.port + i}" for i in range(workers)]
 

@@ -45,3 +45,21 @@ def test_acl_allows_listed_addresses_and_networks_only():
     assert SipConfig().allows("203.0.113.9:5060")  # no acl: anyone may call
     with pytest.raises(ValueError, match="not an address or network"):
         SipConfig(acl=["10.0.0.0/33"])
+
+
+def test_workers_share_one_control_token_and_the_console_finds_them(tmp_path, monkeypatch):
+    """Workers started together race to create recordings/.control-token: one token wins for all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from callcenter.supervisor.api import control_token
+    from callcenter.telephony.config import Control, load_sip_config
+    from callcenter.workers import worker_control_urls
+
+    monkeypatch.delenv("CALLCENTER_TOKEN", raising=False)
+    with ThreadPoolExecutor(8) as pool:
+        tokens = set(pool.map(lambda _: control_token(Control(), tmp_path), range(8)))
+    assert tokens == {(tmp_path / ".control-token").read_text().strip()}
+    assert oct((tmp_path / ".control-token").stat().st_mode & 0o777) == "0o600"
+    assert not list(tmp_path.glob(".control-token.*"))
+    cfg = load_sip_config("sip_configs/local.yaml")
+    assert worker_control_urls(cfg, 3) == ["http://127.0.0.1:8470", "http://127.0.0.1:8471", "http://127.0.0.1:8472"]

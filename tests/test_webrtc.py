@@ -97,7 +97,7 @@ def test_webrtc_config_and_worker_ports(tmp_path):
     from callcenter.workers import worker_configs
 
     cfg = load_sip_config("sip_configs/local.yaml")
-    assert cfg.webrtc is not None and cfg.webrtc.port == 8480 and cfg.webrtc.max_calls == 3
+    assert cfg.webrtc is not None and cfg.webrtc.port == 8480 and cfg.webrtc.max_calls == 2
     ports = [c.webrtc.port for _, c in worker_configs(cfg, 3, tmp_path)]
     assert ports == [8480, 8481, 8482]
     bad = tmp_path / "bad.yaml"

@@ -17,6 +17,7 @@ from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, SAMPLE_W
 CHANNELS = 2
 HEADER_BYTES = 44
 HEADER_REFRESH_FRAMES = 1000 // FRAME_MS  # once a second
+FLUSH_FRAMES = 200 // FRAME_MS  # audio reaches the file every 200 ms
 
 
 def _wav_header(data_bytes: int, channels: int = CHANNELS, rate: int = SAMPLE_RATE) -> bytes:
@@ -40,8 +41,11 @@ def _wav_header(data_bytes: int, channels: int = CHANNELS, rate: int = SAMPLE_RA
 
 
 class WavWriter:
-    """A WAV file written incrementally, its header kept true once a second, so a crash never loses
-    more than the last second's sizes (which `repair_wav` restores)."""
+    """A WAV file written incrementally: the audio every 200 ms, the header kept true once a second.
+    A crash loses at most the last 200 ms of audio, and `repair_wav` restores the sizes the header
+    had not caught up with. Writing every 20 ms frame at once cost the media threads their clock:
+    each write gives up Python's interpreter lock, and getting it back behind busy calls made 6 %
+    of frames late with two browser calls in one process (bench webrtc), none with this."""
 
     def __init__(self, path: str | Path, channels: int = 1) -> None:
         self.path = Path(path)
@@ -51,6 +55,7 @@ class WavWriter:
         os.write(self._fd, _wav_header(0, channels))
         self._data_bytes = 0
         self._frames_since_refresh = 0
+        self._pending: list[bytes] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -59,13 +64,21 @@ class WavWriter:
         with self._lock:
             if self._closed:
                 return
-            os.write(self._fd, pcm)
+            self._pending.append(pcm)
             self._data_bytes += len(pcm)
             self._frames_since_refresh += 1
+            if len(self._pending) >= FLUSH_FRAMES:
+                self._flush()
             if self._frames_since_refresh >= HEADER_REFRESH_FRAMES:
                 self._refresh_header()
 
+    def _flush(self) -> None:
+        if self._pending:
+            os.write(self._fd, b"".join(self._pending))
+            self._pending.clear()
+
     def _refresh_header(self) -> None:
+        self._flush()
         os.pwrite(self._fd, _wav_header(self._data_bytes, self.channels), 0)
         self._frames_since_refresh = 0
 

@@ -55,9 +55,18 @@ def control_token(control: Control, recordings: Path) -> str:
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # written beside, then linked into place: workers starting together (serve --workers) share the
+    # folder, and the first one's token must be everybody's, never half-written
+    tmp = path.with_name(f".control-token.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return path.read_text().strip()
+    finally:
+        tmp.unlink(missing_ok=True)
     log.warning("control_token_generated", path=str(path), env=control.token_env)
     return token
 

@@ -72,10 +72,10 @@ class WebRtc(_Strict):
     """Browser callers: the /call page and its WebRTC offer/answer endpoint."""
     host: str = Field("127.0.0.1", description="bind address of the page's HTTP server")
     port: int = Field(8480, ge=0, le=65535, description="0: pick a free port (written to the log)")
-    max_calls: int = Field(3, ge=1, le=64, description="browser calls at once; more get a busy message, as do "
+    max_calls: int = Field(2, ge=1, le=64, description="browser calls at once; more get a busy message, as do "
                                                        "browser calls while the process has max_calls calls of "
-                                                       "any kind (bench webrtc: 3 on time, 4 with 40 % of "
-                                                       "frames late, on 2 cores)")
+                                                       "any kind (bench webrtc on 2 cores: 2 calls keep their "
+                                                       "20 ms clock, 3 do not reliably)")
     candidates: list[str] = Field(default_factory=list,
                                   description="addresses offered for media (ICE host candidates); empty: "
                                               "every interface's address except loopback")
