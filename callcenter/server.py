@@ -12,6 +12,7 @@ from pathlib import Path
 import structlog
 
 from callcenter.call.bridge import MediaBridge
+from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder, repair_recordings
 from callcenter.call.session import CallSession, recording_paths
@@ -25,6 +26,8 @@ from callcenter.voice.ambience import Ambience
 from callcenter.voice.speaker import make_tts
 
 log = structlog.get_logger()
+
+MEDIA_STALL_S = 5.0  # a live call whose transport asked for no frame this long is hung up
 
 
 class LiveCall:
@@ -116,15 +119,34 @@ class LiveCall:
             self.session.end("transfer")
 
     async def _run(self) -> None:
+        watchdog = asyncio.create_task(self._watch_media())
         try:
             result = await self.session.run()
             self.log.info("call_ended", ended_by=result.ended_by, turns=self.events.turn)
         except Exception:
             self.log.exception("call_failed")
         finally:
+            watchdog.cancel()
             if not self.ended:
                 await self.hangup()
             self._finish()
+
+    async def _watch_media(self) -> None:
+        """A call whose transport has stopped asking for frames is dead air that holds a call slot
+        for ever (seen in the soak: pjmedia stopped serving five calls' ports and their BYEs never
+        came). After MEDIA_STALL_S without a tick the agent hangs up and frees the slot."""
+        last, still = -1, 0.0
+        while True:
+            await asyncio.sleep(1.0)
+            if self.bridge.frames_out != last or self.session.bridged:
+                last, still = self.bridge.frames_out, 0.0
+                continue
+            still += 1.0
+            if still >= MEDIA_STALL_S:
+                self.log.error("media_stalled", seconds=still, frames_out=last)
+                self.events.emit(ev.ERROR, stage="transport", error=f"no media for {still:.0f} s")
+                self.session.end("error")
+                return
 
     def _finish(self) -> None:
         if self.consult is not None:

@@ -57,7 +57,7 @@ def control_token(control: Control, recordings: Path) -> str:
     token = secrets.token_urlsafe(24)
     # written beside, then linked into place: workers starting together (serve --workers) share the
     # folder, and the first one's token must be everybody's, never half-written
-    tmp = path.with_name(f".control-token.{os.getpid()}")
+    tmp = path.with_name(f".control-token.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")

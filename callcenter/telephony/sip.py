@@ -123,6 +123,11 @@ class SipCall(pj.Call):
             self._notify("on_confirmed")
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
             self.disconnected = True
+            # pjsua frees this call's slot now and gives it to the next call. The C++ Call
+            # destructor, run whenever Python drops this object, clears the user data of its slot
+            # number — by then the *next* call's — and that call loses its callbacks (no BYE
+            # reported) and its media: the soak's frozen calls. Python must never run it.
+            self.thisown = False
             self._disconnect_media()
             self._notify("on_disconnected", ci.lastStatusCode, ci.lastReason)
             self.endpoint.forget(self)
