@@ -91,7 +91,17 @@ def _faults(events: list[dict]) -> dict:
     return out
 
 
-def _media_summary(media: list[dict]) -> dict:
+def _write_report(out: Path, report: dict, work: Path) -> dict:
+    """Write the JSON report and remove the benchmark's scratch folder."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _media_summary(events: list[dict]) -> dict:
+    """Frames sent and late over calls, from each call's `media` event."""
+    media = [e for e in events if e["kind"] == "media"]
     sent = sum(m.get("frames_out", 0) for m in media)
     late = sum(m.get("late_frames", 0) for m in media)
     return {"frames_sent": sent, "late_frames": late, "late_ratio": round(late / sent, 4) if sent else None,
@@ -131,14 +141,12 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         agent.stop()
     per_call = []
     all_turns = []
-    media = []
     every = []
     for jsonl in agent.calls():
         events = read_events(jsonl)
         every += events
         turns = turn_latencies(events)
         all_turns += turns
-        media += [e for e in events if e["kind"] == "media"]
         per_call.append({"call_id": events[0]["call_id"] if events else jsonl.stem, "turns": turns,
                          "worker": events[0].get("worker") if events else None,
                          "transcript": [(e["kind"], e.get("text")) for e in events if e["kind"] in ("stt_final", "agent_say")]})
@@ -149,7 +157,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         "workers": workers or 1,
         "wall_s": round(time.monotonic() - t0, 1),
         **_cpu_summary(cpu, calls_wall, concurrent),
-        **_media_summary(media),
+        **_media_summary(every),
         "faults": _faults(every),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
     }
@@ -158,10 +166,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
                       "endpointing silence (the flow node's end_silence_ms). late = a frame the transport "
                       "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
                       "were not answered in time."}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+    return _write_report(out, report, work)
 
 
 def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
@@ -207,18 +212,17 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
     finally:
         agent.stop()
     failed = [str(r) for r in results if isinstance(r, BaseException)]
-    all_turns, media, every = [], [], []
+    all_turns, every = [], []
     for jsonl in agent.calls():
         events = read_events(jsonl)
         every += events
         all_turns += turn_latencies(events)
-        media += [e for e in events if e["kind"] == "media"]
     summary = {
         "calls": calls, "failed": len(failed), "codec": codec.upper(), "wall_s": round(calls_wall, 1),
         **_cpu_summary(cpu, calls_wall, calls),
         "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
         "faults": _faults(every),
-        **_media_summary(media),
+        **_media_summary(every),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
     }
@@ -226,10 +230,7 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
               "note": "core_share_per_call = agent CPU seconds / wall seconds / calls (the whole pipeline: "
                       "aiortc, denoise, VAD, STT, flow, TTS); compare with `bench call` for a SIP line. "
                       "late = a frame that left more than 20 ms after its tick."}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+    return _write_report(out, report, work)
 
 
 def _rss_mb(pid: int) -> float:
@@ -297,14 +298,13 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         fleet.stop()
     warm = samples[max(0, len(samples) // 5 - 1)] if samples else None
     last = samples[-1] if samples else None
-    unfinished, all_turns, media, every = [], [], [], []
+    unfinished, all_turns, every = [], [], []
     for jsonl in fleet.calls():
         events = read_events(jsonl)
         every += events
         if not events or events[-1]["kind"] != "call_end":
             unfinished.append(jsonl.stem)
         all_turns += turn_latencies(events)
-        media += [e for e in events if e["kind"] == "media"]
     growth = ([round(100 * (b - a) / a, 1) for a, b in zip(warm["rss_mb"], last["rss_mb"])]
               if warm and last and len(warm["rss_mb"]) == len(last["rss_mb"]) else None)
     summary = {
@@ -316,11 +316,8 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "fds_at_end_of_load": last["fds"] if last else None, "fds_idle_after": end_fds, "rss_idle_after": end_rss,
         "workers_restarted": len(fleet.log_lines("worker_died")),
         "faults": _faults(every),
-        **_media_summary(media),
+        **_media_summary(every),
         **({"voice_to_voice": _pct([t["voice_to_voice"] for t in all_turns])} if all_turns else {}),
     }
     report = {"benchmark": "soak", "summary": summary, "samples": samples, "unfinished": unfinished[:20]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    shutil.rmtree(work, ignore_errors=True)
-    return report
+    return _write_report(out, report, work)

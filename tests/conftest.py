@@ -23,6 +23,24 @@ def free_udp_port() -> int:
             return port
 
 
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    """Poll `predicate` every 0.2 s until it holds (True) or `timeout` passes (False)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def rtp_base() -> int:
     """A distinct RTP port range per agent started in this test run."""
     return 20000 + 1000 * (next(_ports) % 30)

@@ -12,7 +12,7 @@ import pytest
 from callcenter.call.events import read_events
 from callcenter.server import AgentProcess
 from callcenter.telephony.softphone import caller_audio
-from tests.conftest import FLOW, free_udp_port, rtp_base
+from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -24,21 +24,6 @@ if not Path(CHROMIUM).exists():
 playwright = pytest.importorskip("playwright.sync_api")
 
 
-def free_tcp_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def chromium_args(mic: Path) -> list[str]:

@@ -20,7 +20,7 @@ from callcenter.call.events import read_events
 from callcenter.server import AgentProcess
 from callcenter.telephony.softphone import caller_audio
 from callcenter.telephony.webrtc import CallerAudio, WebRtcError, negotiated_codec, use_host_candidates
-from tests.conftest import FLOW, free_udp_port, rtp_base
+from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 aiortc = pytest.importorskip("aiortc")
 from callcenter.telephony.browser_caller import BrowserCallError, BrowserCaller  # noqa: E402
@@ -119,21 +119,6 @@ def start_agent(tmp_path, flow=FLOW, max_calls=4, control=False):
                         token="t0ken" if control else None).start()
 
 
-def free_tcp_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def events_of(agent) -> list[dict]:
