@@ -96,7 +96,8 @@ class LiveCall:
         leg = ConsultLeg(self)
         try:
             leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
-            await asyncio.wait_for(asyncio.shield(leg.confirmed), ring_s)
+            async with asyncio.timeout(ring_s):
+                await asyncio.shield(leg.confirmed)
             for _ in range(100):  # media comes up just after the 200 OK
                 if leg.call.port is not None:
                     break
@@ -186,7 +187,8 @@ class SipLiveCall(LiveCall):
         self._transfer = asyncio.get_running_loop().create_future()
         try:
             await self.agent.endpoint.run_on_sip(self.call.refer, uri)
-            return await asyncio.wait_for(self._transfer, TRANSFER_WAIT_S)
+            async with asyncio.timeout(TRANSFER_WAIT_S):
+                return await self._transfer
         except (SipError, asyncio.TimeoutError) as exc:
             self.log.warning("transfer_failed", to=uri, error=str(exc) or "no answer to REFER")
             return False

@@ -156,3 +156,39 @@ def test_a_crashed_hearing_loop_ends_the_call_with_words_not_silence(tmp_path, s
     assert first_audio_after(events, trouble["t"]) < 1.0
     assert [e["text"] for e in events if e["kind"] == "agent_say"][-1].endswith("Goodbye.")
     assert result.ended_by == "agent"
+
+
+@pytest.mark.parametrize("ticks", range(8))
+def test_a_voice_cancelled_as_a_frame_arrives_stops_at_once(ticks):
+    # barge-in and hang-up cancel the synthesis task; whatever loop tick the cancel lands on (here
+    # every one of the first few, including the one where the next frame has just been produced)
+    # the voice must end there, and its source be closed, instead of speaking on
+    from callcenter.call.session import unless_stalled
+
+    produced, closed = [], []
+
+    async def voice():
+        try:
+            for i in range(1000):
+                await asyncio.sleep(0)
+                produced.append(i)
+                yield i
+        finally:
+            closed.append(True)
+
+    async def speak(heard):
+        async for frame in unless_stalled(voice(), 1.0, 1.0):
+            heard.append(frame)
+
+    async def main():
+        heard = []
+        task = asyncio.create_task(speak(heard))
+        for _ in range(ticks + 1):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return heard
+
+    heard = asyncio.run(main())
+    assert len(heard) <= ticks and len(produced) <= ticks + 1 and closed == [True]

@@ -16,6 +16,7 @@ from callcenter.call.simulate import CallerStep, simulate_call
 from callcenter.call.events import read_events
 from callcenter.call.recording import repair_wav
 from callcenter.telephony.softphone import Softphone, caller_audio
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 
@@ -121,10 +122,11 @@ def test_fifth_simultaneous_call_is_rejected(agent, tmp_path):
     assert int(row["FailedCall(C)"]) == 1
     assert "486" in (tmp_path / "err.log").read_text()
     assert "sip_call_rejected" in agent.log() or "486" in (tmp_path / "err.log").read_text()
-    time.sleep(1)
-    assert len(agent.calls()) == 4  # four recorded calls, each ended by the caller's BYE
-    for jsonl in agent.calls():
-        assert read_events(jsonl)[-1]["kind"] == "call_end"
+    assert len(agent.calls()) == 4  # four recorded calls, each ended by the caller's BYE, promptly
+    assert wait_for(lambda: all(read_events(j)[-1]["kind"] == "call_end" for j in agent.calls()), 3), \
+        [read_events(j)[-1]["kind"] for j in agent.calls()]
+    assert all(read_events(j)[-1]["ended_by"] == "caller" for j in agent.calls())
+    assert "stage_stuck_at_end" not in agent.log()  # every stage stopped when its call ended
 
 
 def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):

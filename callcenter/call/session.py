@@ -47,6 +47,28 @@ HOLD_ON_TEXT = "One moment, please."
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
 DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
+SHUTDOWN_S = 1.0  # a stage still busy this long after the call ended is logged and left behind
+
+
+async def unless_stalled(items, first_s: float, gap_s: float):
+    """Yield from the async iterator `items`; TimeoutError if the first item takes longer than
+    `first_s` or a later one longer than `gap_s`. `items` is closed however this ends.
+
+    asyncio.timeout, not wait_for: Python 3.11's wait_for returns the item when a cancel arrives
+    just as the item does, which would let a voice outlive a barge-in or the call itself."""
+    wait = first_s
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(wait):
+                    item = await anext(items)
+            except StopAsyncIteration:
+                return
+            yield item
+            wait = gap_s
+    finally:
+        with contextlib.suppress(Exception):
+            await items.aclose()
 
 
 class CallControl(Protocol):
@@ -195,9 +217,16 @@ class CallSession:
         for t in self._tasks + [self._no_input_task]:
             if t and not t.done():
                 t.cancel()
+        busy = [t for t in self._tasks if not t.done()]
+        if busy:
+            _, stuck = await asyncio.wait(busy, timeout=SHUTDOWN_S)
+            for t in stuck:  # the call still ends now; the stage's stack says what it was waiting on
+                frames = [f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} {f.f_code.co_name}"
+                          for f in t.get_stack()]
+                self.log.error("stage_stuck_at_end", task=t.get_name(), stack=frames)
         for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+            if t.done() and not t.cancelled():
+                t.exception()  # retrieved: a stage that failed while ending is not an unhandled error
         self.result.transcript = self.events.transcript()
         self.result.path = list(self.dialog.path)
         self.result.variables = dict(self.dialog.variables)
@@ -338,12 +367,14 @@ class CallSession:
     async def _await_transcript(self, decode: asyncio.Future):
         """The decode's result; "one moment" to the caller if it is slow, TimeoutError if stalled."""
         try:  # shielded: a timeout gives up waiting, not the decode
-            return await asyncio.wait_for(asyncio.shield(decode), STT_STALL_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(STT_STALL_S):
+                return await asyncio.shield(decode)
+        except TimeoutError:
             if not self.agent_speaking:
                 self.events.emit(ev.STAGE_SLOW, stage="stt", after_s=STT_STALL_S)
                 self._act([Say(HOLD_ON_TEXT)])
-        return await asyncio.wait_for(asyncio.shield(decode), STT_GIVE_UP_S - STT_STALL_S)
+        async with asyncio.timeout(STT_GIVE_UP_S - STT_STALL_S):
+            return await asyncio.shield(decode)
 
     def on_dtmf(self, digit: str, source: str = "rfc4733") -> None:
         """A keypad digit, from RFC 4733 telephone events or detected in the caller's audio. A peer
@@ -527,19 +558,12 @@ class CallSession:
     async def _voice_into(self, frames, utt: int) -> None:
         """Queue a voice's frames for playout; TimeoutError if it stalls (first frame, or a gap)."""
         first = True
-        try:
-            while True:
-                try:
-                    frame = await asyncio.wait_for(anext(frames), TTS_FIRST_AUDIO_S if first else TTS_FRAME_GAP_S)
-                except StopAsyncIteration:
-                    return
+        async with contextlib.aclosing(unless_stalled(frames, TTS_FIRST_AUDIO_S, TTS_FRAME_GAP_S)) as voiced:
+            async for frame in voiced:
                 if first:
                     self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
                 self.bridge.play(frame, utt, first=first)
                 first = False
-        finally:
-            with contextlib.suppress(Exception):
-                await frames.aclose()
 
     @property
     def backup_tts(self):

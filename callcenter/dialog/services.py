@@ -90,8 +90,8 @@ class FlowServices:
 
         stream = SentenceStream(sentence)
         try:
-            reply = await asyncio.wait_for(self.provider(request.provider).reply(request, stream.feed),
-                                           request.time_budget_s)
+            async with asyncio.timeout(request.time_budget_s):
+                reply = await self.provider(request.provider).reply(request, stream.feed)
             stream.close()
             error = None
         except asyncio.TimeoutError:
