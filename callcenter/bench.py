@@ -108,22 +108,41 @@ def _media_summary(events: list[dict]) -> dict:
             "worst_late_ms": max((m.get("worst_late_ms", 0) for m in media), default=None)}
 
 
-def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: int = 0) -> dict:
+def _wait_warmed(warmed, timeout: float = 60) -> None:
+    """Measure the agents as they run all day: with the flow's fixed prompts already synthesised."""
+    deadline = time.monotonic() + timeout
+    while not warmed() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: int = 0,
+               prompt_cache_mb: int | None = None, stagger_s: float = 0.0) -> dict:
     """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip;
-    with `workers`, `serve --workers N` behind Kamailio, and the callers dial the balancer."""
+    with `workers`, `serve --workers N` behind Kamailio, and the callers dial the balancer.
+    `prompt_cache_mb` overrides the agents' prompt cache (0: every call synthesises every sentence).
+    `stagger_s`: the first `concurrent` calls start this far apart (0: all at once, so every caller
+    speaks at the same instant, a harder burst than callers arriving on their own)."""
     from callcenter.workers import Fleet
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
     # caller speaks after the greeting and menu prompt, and again after the answer
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
+    extra = f"prompt_cache_mb: {prompt_cache_mb}\n" if prompt_cache_mb is not None else ""
     if workers:
-        agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
+        agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000,
+                      extra_config=extra).start()
         pids = agent.worker_pids()
+        if prompt_cache_mb != 0:
+            _wait_warmed(lambda: len(agent.log_lines("prompts_warmed")) >= workers)
     else:
-        agent = AgentProcess(work / "agent", _free_port(), 30000, flow).start()
+        agent = AgentProcess(work / "agent", _free_port(), 30000, flow, extra_config=extra).start()
         pids = [agent.proc.pid]
+        if prompt_cache_mb != 0:
+            _wait_warmed(lambda: '"prompts_warmed"' in agent.log())
 
     def one(i: int) -> None:
+        if i < concurrent:
+            time.sleep(i * stagger_s)
         with Softphone(work / f"phone{i}", mic) as phone:
             phone.dial(agent.uri)
             phone.wait_established(10)
@@ -155,6 +174,8 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         "turns": len(all_turns),
         "concurrent": concurrent,
         "workers": workers or 1,
+        "prompt_cache_mb": 32 if prompt_cache_mb is None else prompt_cache_mb,
+        "stagger_s": stagger_s,
         "wall_s": round(time.monotonic() - t0, 1),
         **_cpu_summary(cpu, calls_wall, concurrent),
         **_media_summary(every),
@@ -259,6 +280,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
     fleet = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
     pids = fleet.worker_pids()
+    _wait_warmed(lambda: len(fleet.log_lines("prompts_warmed")) >= workers)
     stop = threading.Event()
     placed = {"n": 0, "failed": 0}
     lock = threading.Lock()

@@ -201,6 +201,7 @@ def cmd_bench(args) -> int:
     from callcenter.bench import bench_call
 
     report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent,
+                        prompt_cache_mb=args.prompt_cache_mb, stagger_s=args.stagger_s,
                         workers=args.workers)
     print(json.dumps(report["summary"], indent=2))
     return 0
@@ -361,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--concurrent", type=int, default=1, help="calls in flight at once (at most 4 per worker)")
     s.add_argument("--workers", type=int, default=0,
                    help="run `serve --workers N` behind Kamailio and call the balancer (0: one agent, no balancer)")
+    s.add_argument("--prompt-cache-mb", type=int, default=None,
+                   help="the agents' prompt cache (default: the config's, 32); 0: every call synthesises every sentence")
+    s.add_argument("--stagger-s", type=float, default=0.0,
+                   help="start the concurrent calls this many seconds apart (0: all at once, every caller "
+                        "speaking at the same instant)")
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)

@@ -15,7 +15,8 @@ from callcenter.call.bridge import MediaBridge
 from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder, repair_recordings
-from callcenter.call.session import CallSession, recording_paths
+from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
+from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.stt import WhisperStt
@@ -350,11 +351,27 @@ class Agent:
             self.webrtc = None
             raise SipError(f"cannot listen for browser calls on {cfg.host}:{cfg.port}: {exc}") from None
 
+    async def warm_prompts(self, flow) -> None:
+        """Synthesise the flow's fixed sentences into the voice's prompt cache, one after another,
+        while the agent already answers (a caller who needs one meanwhile shares its rendering)."""
+        prompts = spoken_prompts(flow) + [(HOLD_ON_TEXT, flow.voice)]
+        started = time.monotonic()
+        for text, voice in prompts:
+            try:
+                async for _ in self.tts.stream(text, voice):
+                    pass
+            except Exception as exc:  # a voice that cannot say it now is the call's problem later, not ours
+                log.warning("prompt_not_warmed", text=text, error=str(exc))
+        log.info("prompts_warmed", flow=flow.name, prompts=len(prompts),
+                 seconds=round(time.monotonic() - started, 1), cached_mb=round(self.tts.cache.bytes / 2**20, 1))
+
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
         self.endpoint.start()
         watcher = asyncio.create_task(self.flows.watch())
+        warming = asyncio.create_task(self.warm_prompts(self.flows.current)) \
+            if self.config.warm_prompts and self.config.prompt_cache_mb else None
         if self.config.control is not None:
             from callcenter.supervisor.api import ControlApi, control_token
 
@@ -376,6 +393,8 @@ class Agent:
             await stop.wait()
         finally:
             watcher.cancel()
+            if warming is not None:
+                warming.cancel()
             if self.webrtc is not None:
                 await self.webrtc.stop()
             if self.control is not None:
@@ -396,8 +415,9 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     if fixed:
         log.warning("recordings_repaired", files=[str(p) for p in fixed])
     stt = WhisperStt(stt_model)
-    tts = make_tts(flow.voice)
+    tts = make_tts(flow.voice, cache_bytes=config.prompt_cache_mb * 1024 * 1024)
     SileroVad()  # load the VAD model now, not while the first caller waits for an answer
+    Ambience(flow.ambience)  # and render the line's noise loops
     from callcenter.dialog.embed import shared_encoder
 
     shared_encoder()  # and the sentence embeddings for intents

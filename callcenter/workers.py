@@ -108,7 +108,7 @@ class Fleet:
     test and `bench call --workers N` run. Callers dial `uri` (the balancer)."""
 
     def __init__(self, workdir: Path, flow: str | Path, workers: int, sip_port: int, balancer_port: int,
-                 rtp_port: int = 31000):
+                 rtp_port: int = 31000, extra_config: str = ""):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.flow = str(flow)
@@ -118,7 +118,7 @@ class Fleet:
         self.recordings = self.dir / "recordings"
         self.config = self.dir / "sip.yaml"
         self.config.write_text(f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\n"
-                               f"max_calls: 4\nrecordings: {self.recordings}\n")
+                               f"max_calls: 4\nrecordings: {self.recordings}\n" + extra_config)
         self.log_path = self.dir / "workers.log"
         self.kamailio_log = self.dir / "kamailio.log"
         self.uri = f"sip:agent@127.0.0.1:{balancer_port}"

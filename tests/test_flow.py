@@ -132,3 +132,14 @@ nodes:
     text = str(e.value)
     assert "min_length is greater than max_length" in text
     assert "keypad options and a digits intent" in text
+
+
+def test_fixed_sentences_are_known_before_any_call(flow):
+    from callcenter.dialog.flow import spoken_prompts
+
+    prompts = dict(spoken_prompts(flow))
+    assert "Thank you for calling Example Telecom." in prompts  # the greeting, in the flow's voice
+    assert prompts["Thank you for calling Example Telecom."] == flow.voice
+    assert flow.trouble.say in prompts
+    assert not any("{" in text for text in prompts)  # a sentence with a variable is made per call
+    assert not any(text.startswith("I have a caller on the line") for text in prompts)  # the person's briefing

@@ -147,3 +147,18 @@ def test_events_arrive_in_order(stt):
     r = replay(stt, line)
     kinds = [type(e) for _, e in r.events if isinstance(e, (Started, Ended, BargeIn))]
     assert kinds == [Started, Ended]
+
+
+def test_the_noise_floor_percentile_is_numpys_over_the_window():
+    from collections import deque
+
+    from callcenter.hearing.turns import RollingPercentile
+
+    rng = np.random.default_rng(0)
+    for q in (10.0, 50.0, 95.0):
+        rolling, window = RollingPercentile(100, q), deque(maxlen=100)
+        for _ in range(600):
+            level = float(np.round(rng.normal(-50, 10), 1))  # repeated values included
+            rolling.add(level)
+            window.append(level)
+            assert rolling.value() == pytest.approx(np.percentile(window, q), abs=1e-9)

@@ -2,6 +2,7 @@
 cancels, repeats itself exactly, and the committed voices speak intelligibly."""
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from callcenter.audio.frames import AudioFrame
 from callcenter.voice.model import ModelConfig, VoiceModel, export_voices
 from callcenter.voice.phonemes import SYMBOL_ID, Phonemizer, phoneme_ids
 from callcenter.voice.runtime import SsmVoices
@@ -155,3 +157,85 @@ def test_streamed_text_is_spoken_before_the_reply_is_complete():
 
     before, total = asyncio.run(run())
     assert before > 10 and total > before  # "Sure." was heard while the rest was being written
+
+
+def test_a_sentence_said_in_full_is_synthesised_once_per_process():
+    from callcenter.voice.speaker import PromptCache
+
+    speaker = Speaker(VoiceSettings(name="ssm:joe"))
+    text = "Thank you for calling, how can I help you today?"
+
+    async def say(limit=None):
+        frames = []
+        async for frame in speaker.stream(text):
+            frames.append(frame.pcm)
+            if limit and len(frames) == limit:
+                break  # a barge-in: the caller cut the sentence short
+        return frames
+
+    async def run():
+        cut = await say(limit=5)
+        assert speaker.cache.hits == 0 and speaker.cache.bytes == 0  # a sentence cut short is not kept
+        first = await say()
+        started = time.perf_counter()
+        again = await say()
+        return cut, first, again, time.perf_counter() - started
+
+    cut, first, again, seconds = asyncio.run(run())
+    assert again == first and cut == first[:5] and speaker.cache.hits == 1
+    assert seconds < 0.1  # handed over at once, not synthesised again
+    assert speaker.cache.bytes == sum(len(p) for p in first)
+    slow = Speaker(VoiceSettings(name="ssm:joe", speed=1.3), cache=speaker.cache)
+    asyncio.run(_drain(slow.stream(text)))
+    assert speaker.cache.misses == 3  # another speed is another rendering
+
+    small = PromptCache(max_bytes=40_000)  # room for one sentence of 2 s (32 kB), not two
+    frames = [AudioFrame(bytes(320)) for _ in range(100)]
+    small.put(("a",), frames)
+    small.put(("b",), frames)
+    assert small.get(("a",)) is None and small.get(("b",)) is frames and small.bytes == 32_000
+
+
+async def _drain(frames):
+    return [f async for f in frames]
+
+
+def test_calls_saying_the_same_sentence_at_once_share_one_synthesis():
+    speaker = Speaker(VoiceSettings(name="ssm:joe"))
+    text = "All of our agents are busy, please stay on the line."
+    made = []
+    real = speaker.backend(speaker.default).stream
+
+    async def counted(t):
+        made.append(t)
+        async for frame in real(t):
+            yield frame
+
+    speaker.backend(speaker.default).stream = counted
+
+    async def say(limit=None):
+        frames = []
+        async with contextlib.aclosing(speaker.stream(text)) as stream:
+            async for frame in stream:
+                frames.append(frame.pcm)
+                if limit and len(frames) == limit:
+                    break
+        return frames
+
+    async def run():
+        # three calls answered together; one caller barges in early, which must not stop the others
+        return await asyncio.gather(say(), say(limit=3), say())
+
+    full, cut, other = asyncio.run(run())
+    assert made == [text] and full == other and cut == full[:3] and len(full) > 50
+    assert [f.pcm for f in speaker.cache.get((speaker.default, text))] == full
+
+    async def everyone_leaves():
+        await asyncio.gather(say(limit=2), say(limit=2))
+        await asyncio.sleep(0.05)
+        return await say()
+
+    made.clear()
+    speaker.cache = type(speaker.cache)()
+    alone = asyncio.run(everyone_leaves())
+    assert made == [text, text] and alone == full  # abandoned, then made again for the next caller

@@ -451,6 +451,23 @@ def _templates(node) -> list[tuple[tuple, str]]:
     return out
 
 
+SPOKEN_FIELDS = ("text", "prompt", "no_match", "no_input", "say", "fallback")
+
+
+def spoken_prompts(flow: "Flow") -> list[tuple[str, VoiceSettings]]:
+    """The sentences this flow says to callers word for word (no `{variable}` in them), each with
+    its voice: what the agent can synthesise before the first caller needs them."""
+    out: list[tuple[str, VoiceSettings]] = []
+    for node in flow.nodes.values():
+        voice = getattr(node, "voice", None) or flow.voice
+        for path, text in _templates(node):
+            if path[0] in SPOKEN_FIELDS + ("escalate", "slots") and "{" not in text:
+                out.append((text, voice))
+    t = flow.trouble
+    out += [(text, flow.voice) for text in (t.say, t.call_back, t.transferring) if "{" not in text]
+    return list(dict.fromkeys(out))
+
+
 def _expressions(node) -> list[tuple[tuple, str]]:
     if isinstance(node, BranchNode):
         return [(("cases", i, "if"), c.when) for i, c in enumerate(node.cases)]

@@ -23,6 +23,7 @@ or `Resume` (it was "mm-hm", "okay", a cough: the agent carries on where it paus
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -173,13 +174,41 @@ class _Heard:
     confidence: float
 
 
+class RollingPercentile:
+    """A percentile of the last `window` values, as np.percentile (linear) gives it, kept in a
+    sorted list: an insert and a removal per value instead of sorting the window every 32 ms."""
+
+    def __init__(self, window: int, q: float):
+        self.q = q
+        self._recent: deque[float] = deque(maxlen=window)
+        self._sorted: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def add(self, value: float) -> None:
+        if len(self._recent) == self._recent.maxlen:
+            del self._sorted[bisect.bisect_left(self._sorted, self._recent[0])]
+        self._recent.append(value)
+        bisect.insort(self._sorted, value)
+
+    def value(self) -> float:
+        s = self._sorted
+        at = self.q / 100 * (len(s) - 1)
+        lo = int(at)
+        if lo + 1 >= len(s):
+            return s[lo]
+        return s[lo] + (s[lo + 1] - s[lo]) * (at - lo)
+
+
 class TurnDetector:
     def __init__(self, config: TurnConfig | None = None, vad: SileroVad | None = None) -> None:
         self.config = config or TurnConfig()
         self.vad = vad or SileroVad()
         self.expect = Expectation()
         self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(self.config.preroll_ms // FRAME_MS)))
-        self._levels: deque[float] = deque(maxlen=int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS))
+        self._levels = RollingPercentile(int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS),
+                                         self.config.floor_percentile)
         self._window_energy: list[float] = []
         self._window_echo = 0.0
         self._agent_words: set[str] = set()
@@ -284,8 +313,8 @@ class TurnDetector:
             self._window_energy.clear()
             self._window_echo = 0.0
             if not self._levels:
-                self._levels.append(level)
-            self.floor_db = float(np.percentile(self._levels, self.config.floor_percentile))
+                self._levels.add(level)
+            self.floor_db = self._levels.value()
             talking = agent_talking and (not self.in_speech or self.candidate)
             margin = self.config.barge_margin_db if talking else self.config.floor_margin_db
             above = max(self.floor_db, echo_db) + margin
@@ -297,7 +326,7 @@ class TurnDetector:
             if speech or not self.in_speech:
                 self._peak_db = max(self._peak_db, level) if self.in_speech else level
             if not speech:
-                self._levels.append(level)  # the floor learns from what is not caller speech
+                self._levels.add(level)  # the floor learns from what is not caller speech
             out += self._window(speech, t, agent_talking)
         return out
 

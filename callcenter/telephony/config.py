@@ -101,6 +101,12 @@ class SipConfig(_Strict):
     registration: Registration | None = None
     control: Control | None = Field(None, description="the supervisor API; off when absent")
     webrtc: WebRtc | None = Field(None, description="browser callers (the /call page); off when absent")
+    prompt_cache_mb: int = Field(32, ge=0, le=4096,
+                                 description="sentences the voice said in full, kept in memory per process "
+                                             "and reused by later calls (MB); 0: every call synthesises "
+                                             "every sentence itself")
+    warm_prompts: bool = Field(True, description="synthesise the flow's fixed sentences in the background "
+                                                 "when the agent starts, before the first caller needs them")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")

@@ -14,6 +14,7 @@ Every level is in dBFS. Presets: ``clean`` (nothing: the default), ``office``, `
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
@@ -124,8 +125,48 @@ class _Bed:
         return out
 
 
+LOOP_S = 60  # each noise is rendered once per process as a seamless loop this long
+LOOP_SAMPLES = LOOP_S * SAMPLE_RATE  # a whole number of frames and of hum periods
+LOOP_SEED = 20261203
+SEAM_SAMPLES = SAMPLE_RATE // 10  # equal-power crossfade where the loop's end meets its start
+
+
+def _seamless(render) -> np.ndarray:
+    """LOOP_SAMPLES of `render(n)` whose end runs into its start without a click."""
+    y = render(LOOP_SAMPLES + SEAM_SAMPLES)
+    fade = np.sin(np.linspace(0, np.pi / 2, SEAM_SAMPLES))
+    loop = y[:LOOP_SAMPLES].copy()
+    loop[:SEAM_SAMPLES] = y[:SEAM_SAMPLES] * fade + y[LOOP_SAMPLES:] * fade[::-1]
+    return loop.astype(np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _loops(bed: str, bed_db, hiss_db, hum_db, hum_hz: int, comfort_db) -> tuple:
+    """(bed, steady, comfort) loops at their levels, None where off; shared by every call in the
+    process, so a call pays a few array additions per frame instead of generating noise."""
+    rng = np.random.default_rng(LOOP_SEED)
+
+    def bed_render(n: int) -> np.ndarray:
+        source = _Bed(bed, rng)
+        return np.concatenate([source.frame() for _ in range(-(-n // FRAME_SAMPLES))])[:n]
+
+    bed_loop = _seamless(bed_render) * _gain(bed_db) if bed != "none" else None
+    steady = np.zeros(LOOP_SAMPLES)
+    if hiss_db is not None:
+        steady += _seamless(rng.standard_normal) * _gain(hiss_db)
+    if hum_db is not None:
+        t = np.arange(LOOP_SAMPLES) / SAMPLE_RATE
+        steady += sum(np.sin(2 * np.pi * hum_hz * h * t) / h for h in range(1, HUM_HARMONICS + 1, 2)) \
+            * _gain(hum_db) / 1.2
+    steady_loop = steady.astype(np.float32) if (hiss_db is not None or hum_db is not None) else None
+    comfort = _seamless(rng.standard_normal) * _gain(comfort_db) if comfort_db is not None else None
+    return bed_loop, steady_loop, comfort
+
+
 class Ambience:
-    """Per-call processor: `process(pcm)` on each outgoing 20 ms frame, on the transport's clock."""
+    """Per-call processor: `process(pcm)` on each outgoing 20 ms frame, on the transport's clock.
+    The noises come from loops rendered once per process; each call starts at its own point in
+    them (from `seed`), so two calls do not hear the same background at the same time."""
 
     def __init__(self, settings: AmbienceSettings | None = None, seed: int = 0):
         self.settings = settings or AmbienceSettings()
@@ -134,36 +175,44 @@ class Ambience:
             [v["band_limit"], v["mulaw"], v["hiss_db"] is not None, v["hum_db"] is not None,
              v["comfort_db"] is not None, v["bed"] != "none"])
         self.v = v
-        self.rng = np.random.default_rng(seed)
-        self.band = signal.butter(4, [BAND_LOW_HZ, BAND_HIGH_HZ], btype="band", fs=SAMPLE_RATE, output="sos")
-        self.band_zi = np.zeros((self.band.shape[0], 2))
-        self.bed = _Bed(v["bed"], self.rng) if v["bed"] != "none" else None
+        # transfer-function form: per 20 ms frame, lfilter costs a fifth of sosfilt's checks
+        self.band_b, self.band_a = signal.butter(4, [BAND_LOW_HZ, BAND_HIGH_HZ], btype="band", fs=SAMPLE_RATE)
+        self.band_zi = np.zeros(len(self.band_a) - 1)
+        self.bed = self.steady = self.comfort = None
+        if self.enabled:
+            self.bed, self.steady, self.comfort = _loops(v["bed"], v["bed_db"], v["hiss_db"], v["hum_db"],
+                                                         v["hum_hz"], v["comfort_db"])
         self.duck = 1.0
         self.release = np.exp(-FRAME_SAMPLES / SAMPLE_RATE / DUCK_RELEASE_S)
-        self.t = 0
+        self.at = int(np.random.default_rng(seed).integers(0, LOOP_SAMPLES // FRAME_SAMPLES)) * FRAME_SAMPLES
+
+    def _band_limited(self, x: np.ndarray, silent: bool) -> np.ndarray:
+        if silent and not self.band_zi.any():  # nothing in, nothing ringing: nothing out
+            return x
+        x, self.band_zi = signal.lfilter(self.band_b, self.band_a, x, zi=self.band_zi)
+        if silent and np.abs(self.band_zi).max() < 1e-9:
+            self.band_zi[:] = 0.0
+        return x
 
     def process(self, pcm: bytes) -> bytes:
         if not self.enabled:
             return pcm
         v = self.v
         x = np.frombuffer(pcm, dtype="<i2").astype(np.float64) / 32768
-        speaking = 20 * np.log10(_rms(x)) > VOICE_ACTIVE_DBFS
+        silent = not x.any()
+        speaking = not silent and 20 * np.log10(_rms(x)) > VOICE_ACTIVE_DBFS
         if v["band_limit"]:
-            x, self.band_zi = signal.sosfilt(self.band, x, zi=self.band_zi)
+            x = self._band_limited(x, silent)
+        part = slice(self.at, self.at + FRAME_SAMPLES)
+        self.at = (self.at + FRAME_SAMPLES) % LOOP_SAMPLES
         if self.bed is not None:
             target = 10 ** (-v["duck_db"] / 20) if speaking else 1.0
             self.duck = target if target < self.duck else target + (self.duck - target) * self.release
-            x = x + self.bed.frame() * _gain(v["bed_db"]) * self.duck
-        n = len(x)
-        if v["hiss_db"] is not None:
-            x = x + self.rng.standard_normal(n) * _gain(v["hiss_db"])
-        if v["hum_db"] is not None:
-            t = (self.t + np.arange(n)) / SAMPLE_RATE
-            hum = sum(np.sin(2 * np.pi * v["hum_hz"] * h * t) / h for h in range(1, HUM_HARMONICS + 1, 2))
-            x = x + hum * _gain(v["hum_db"]) / 1.2
-        if v["comfort_db"] is not None and not speaking:
-            x = x + self.rng.standard_normal(n) * _gain(v["comfort_db"])
-        self.t += n
+            x = x + self.bed[part] * self.duck
+        if self.steady is not None:
+            x = x + self.steady[part]
+        if self.comfort is not None and not speaking:
+            x = x + self.comfort[part]
         out = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
         if v["mulaw"]:
             out = ulaw_roundtrip(out)
