@@ -29,7 +29,7 @@ from callcenter.telephony.config import SipConfig
 log = structlog.get_logger()
 
 POLL_MS = 5
-PORT_RETIRE_S = 2.0  # a finished call's conference port is freed this long after the call
+PORT_REST_S = 2.0  # a finished call's conference port rests this long before the next call gets it
 CODEC_IDS = {"PCMU": "PCMU/8000/1", "PCMA": "PCMA/8000/1"}
 SIP_BUSY_HERE = 486
 SIP_FORBIDDEN = 403
@@ -65,27 +65,30 @@ def write_frame(frame: "pj.MediaFrame", pcm: bytes) -> None:
 
 
 class _BridgePort(pj.AudioMediaPort):
-    """pjmedia conference port that hands frames to and from a call's MediaBridge."""
+    """pjmedia conference port that hands frames to and from a call's MediaBridge. Ports are
+    pooled by the endpoint and never destroyed while it runs (see `SipEndpoint.take_port`)."""
 
-    def __init__(self, bridge) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.bridge = bridge
-        self.closed = False  # set when its call ends; callbacks still in flight then do nothing
+        self.bridge = None
+        self.closed = True  # no call: callbacks still in flight from the last one do nothing
 
     def onFrameRequested(self, frame):  # noqa: N802 (pjsua2 name)
-        if self.closed:
+        bridge = self.bridge
+        if self.closed or bridge is None:
             return
         try:
-            write_frame(frame, self.bridge.agent_frame())
+            write_frame(frame, bridge.agent_frame())
         except Exception:  # never let an exception cross into pjmedia's clock thread
             log.exception("media_out_failed")
 
     def onFrameReceived(self, frame):  # noqa: N802
-        if self.closed:
+        bridge = self.bridge
+        if self.closed or bridge is None:
             return
         try:
             if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO:
-                self.bridge.caller_frame(read_frame(frame))
+                bridge.caller_frame(read_frame(frame))
         except Exception:
             log.exception("media_in_failed")
 
@@ -140,22 +143,15 @@ class SipCall(pj.Call):
                     self._connect_media(self.getAudioMedia(i))
 
     def _connect_media(self, audio) -> None:
-        fmt = pj.MediaFormatAudio()
-        fmt.init(pj.PJMEDIA_FORMAT_PCM, SAMPLE_RATE, 1, FRAME_MS * 1000, 16)
-        port = _BridgePort(self.bridge)
-        port.createPort(f"bridge-{self.info.call_id[:16] if self.info else id(self)}", fmt)
+        port = self.endpoint.take_port(self.bridge)
         audio.startTransmit(port)
         port.startTransmit(audio)
         self.port = port
 
     def _disconnect_media(self) -> None:
-        """The call is gone. Its conference port must not be destroyed at once: pjmedia's clock
-        thread may be inside one of its callbacks right now (a caller's BYE races the 20 ms tick),
-        and freeing it under that callback froze the endpoint. The port goes quiet now and is freed
-        by the SIP thread PORT_RETIRE_S later, when nothing is connected to it any more."""
+        """The call is gone: its port goes quiet now and back to the endpoint's pool."""
         if self.port is not None:
-            self.port.closed = True
-            self.endpoint.retire_port(self.port)
+            self.endpoint.return_port(self.port)
             self.port = None
 
     def onDtmfDigit(self, prm):  # noqa: N802
@@ -227,7 +223,9 @@ class SipEndpoint:
         self._start_error: BaseException | None = None
         self.calls: dict[str, SipCall] = {}
         self._graveyard: list[SipCall] = []
-        self._retired_ports: list[tuple[float, _BridgePort]] = []
+        self._resting_ports: list[tuple[float, _BridgePort]] = []
+        self._free_ports: list[_BridgePort] = []
+        self.ports_created = 0
         self.rejected_busy = 0
 
     # ---------------------------------------------------------------- threads
@@ -278,9 +276,8 @@ class SipEndpoint:
                 ep.libHandleEvents(POLL_MS)
                 self._drain_commands()
                 self._graveyard.clear()
-                if self._retired_ports and self._retired_ports[0][0] <= time.monotonic():
-                    now = time.monotonic()
-                    self._retired_ports = [(t, p) for t, p in self._retired_ports if t > now]
+                while self._resting_ports and self._resting_ports[0][0] <= time.monotonic():
+                    self._free_ports.append(self._resting_ports.pop(0)[1])
         finally:
             self._shutdown(ep)
 
@@ -361,7 +358,8 @@ class SipEndpoint:
             call.port = None
         self.calls.clear()
         self._graveyard.clear()
-        self._retired_ports.clear()
+        self._resting_ports.clear()  # idle ports, connected to nothing: safe to free now
+        self._free_ports.clear()
         try:
             self.account.shutdown()
         except Exception:
@@ -413,8 +411,32 @@ class SipEndpoint:
         log.info("sip_call_out", to=uri, sip_call_id=call.info.call_id)
         return call
 
-    def retire_port(self, port: _BridgePort) -> None:
-        self._retired_ports.append((time.monotonic() + PORT_RETIRE_S, port))
+    def take_port(self, bridge) -> _BridgePort:
+        """A conference port for a call's media (on the SIP thread). Ports are reused, never freed
+        while the endpoint runs: pjmedia's clock thread may be inside a port's callback when its
+        call ends (a BYE races the 20 ms tick), and a port freed then first froze the endpoint and,
+        when freed two seconds later instead, still crashed it now and then (a callback reaching the
+        half-destroyed Python object, then freed memory: a soak at 12 calls lost 3 workers in 14
+        min). So there are at most as many ports as calls ever were at once, plus those resting."""
+        if self._free_ports:
+            port = self._free_ports.pop()
+        else:
+            fmt = pj.MediaFormatAudio()
+            fmt.init(pj.PJMEDIA_FORMAT_PCM, SAMPLE_RATE, 1, FRAME_MS * 1000, 16)
+            port = _BridgePort()
+            port.createPort(f"bridge-{self.ports_created}", fmt)
+            self.ports_created += 1
+            log.info("conference_port_created", ports=self.ports_created)
+        port.bridge = bridge
+        port.closed = False
+        return port
+
+    def return_port(self, port: _BridgePort) -> None:
+        """Its call is over: quiet now, and handed to another call only after PORT_REST_S, when any
+        callback of the old call has long returned and the call's stream is out of the conference."""
+        port.closed = True
+        port.bridge = None
+        self._resting_ports.append((time.monotonic() + PORT_REST_S, port))
 
     def forget(self, call: SipCall) -> None:
         if call.info:
