@@ -20,6 +20,7 @@ import numpy as np
 from callcenter.call.events import read_events
 from callcenter.server import AgentProcess
 from callcenter.telephony.softphone import Softphone, scripted_caller
+from callcenter.voice.speaker import PROMPT_CACHE_MB
 
 CALLER_LINES = ("I have a question about my bill", "No thanks, that's all")
 STAGES = ("endpoint", "stt", "flow", "wait", "tts", "transport")
@@ -108,10 +109,11 @@ def _media_summary(events: list[dict]) -> dict:
             "worst_late_ms": max((m.get("worst_late_ms", 0) for m in media), default=None)}
 
 
-def _wait_warmed(warmed, timeout: float = 60) -> None:
-    """Measure the agents as they run all day: with the flow's fixed prompts already synthesised."""
+def _wait_warmed(agent, timeout: float = 60) -> None:
+    """Measure the agents (an AgentProcess or a Fleet) as they run all day: with the flow's fixed
+    prompts already synthesised."""
     deadline = time.monotonic() + timeout
-    while not warmed() and time.monotonic() < deadline:
+    while not agent.warmed() and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
@@ -132,13 +134,11 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000,
                       extra_config=extra).start()
         pids = agent.worker_pids()
-        if prompt_cache_mb != 0:
-            _wait_warmed(lambda: len(agent.log_lines("prompts_warmed")) >= workers)
     else:
         agent = AgentProcess(work / "agent", _free_port(), 30000, flow, extra_config=extra).start()
         pids = [agent.proc.pid]
-        if prompt_cache_mb != 0:
-            _wait_warmed(lambda: '"prompts_warmed"' in agent.log())
+    if prompt_cache_mb != 0:
+        _wait_warmed(agent)
 
     def one(i: int) -> None:
         if i < concurrent:
@@ -174,7 +174,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         "turns": len(all_turns),
         "concurrent": concurrent,
         "workers": workers or 1,
-        "prompt_cache_mb": 32 if prompt_cache_mb is None else prompt_cache_mb,
+        "prompt_cache_mb": PROMPT_CACHE_MB if prompt_cache_mb is None else prompt_cache_mb,
         "stagger_s": stagger_s,
         "wall_s": round(time.monotonic() - t0, 1),
         **_cpu_summary(cpu, calls_wall, concurrent),
@@ -280,7 +280,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
     fleet = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
     pids = fleet.worker_pids()
-    _wait_warmed(lambda: len(fleet.log_lines("prompts_warmed")) >= workers)
+    _wait_warmed(fleet)
     stop = threading.Event()
     placed = {"n": 0, "failed": 0}
     lock = threading.Lock()

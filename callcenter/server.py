@@ -415,7 +415,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     if fixed:
         log.warning("recordings_repaired", files=[str(p) for p in fixed])
     stt = WhisperStt(stt_model)
-    tts = make_tts(flow.voice, cache_bytes=config.prompt_cache_mb * 1024 * 1024)
+    tts = make_tts(flow.voice, cache_bytes=config.prompt_cache_mb * 2**20)
     SileroVad()  # load the VAD model now, not while the first caller waits for an answer
     Ambience(flow.ambience)  # and render the line's noise loops
     from callcenter.dialog.embed import shared_encoder
@@ -490,6 +490,10 @@ class AgentProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def warmed(self) -> bool:
+        """Has the agent synthesised its flow's fixed prompts (`prompts_warmed`)?"""
+        return '"prompts_warmed"' in self.log()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

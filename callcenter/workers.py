@@ -158,6 +158,10 @@ class Fleet:
                     pass
         return out
 
+    def warmed(self) -> bool:
+        """Has every worker synthesised its flow's fixed prompts (`prompts_warmed`)?"""
+        return len(self.log_lines("prompts_warmed")) >= self.workers
+
     def worker_pids(self) -> list[int]:
         latest: dict[int, int] = {}
         for w in self.log_lines("worker_started"):

@@ -128,7 +128,7 @@ def test_fifth_simultaneous_call_is_rejected(agent, tmp_path):
     assert all(read_events(j)[-1]["ended_by"] == "caller" for j in agent.calls())
     assert "stage_stuck_at_end" not in agent.log()  # every stage stopped when its call ended
     # the flow's fixed sentences are made in the background from the start, shared with these calls
-    assert wait_for(lambda: '"prompts_warmed"' in agent.log(), 30)
+    assert wait_for(agent.warmed, 30)
 
 
 def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from callcenter.voice.speaker import PROMPT_CACHE_MB
 from callcenter.yamlfile import load_model
 
 PJSUA_MAX_CALLS = 4  # compiled into the pjsua2-python wheel: a 5th call is rejected with 486
@@ -101,7 +102,7 @@ class SipConfig(_Strict):
     registration: Registration | None = None
     control: Control | None = Field(None, description="the supervisor API; off when absent")
     webrtc: WebRtc | None = Field(None, description="browser callers (the /call page); off when absent")
-    prompt_cache_mb: int = Field(32, ge=0, le=4096,
+    prompt_cache_mb: int = Field(PROMPT_CACHE_MB, ge=0, le=4096,
                                  description="sentences the voice said in full, kept in memory per process "
                                              "and reused by later calls (MB); 0: every call synthesises "
                                              "every sentence itself")

@@ -26,7 +26,8 @@ from callcenter.voice.text import split_ready_sentences
 
 DEFAULT_VOICE = "ssm:joe"
 BACKENDS = ("ssm", "espeak")
-PROMPT_CACHE_BYTES = 32 * 1024 * 1024  # about 35 minutes of finished sentences at 8 kHz
+PROMPT_CACHE_MB = 32  # about 35 minutes of finished sentences at 8 kHz (the config's prompt_cache_mb)
+PROMPT_CACHE_BYTES = PROMPT_CACHE_MB * 2**20
 YIELD_EVERY_FRAMES = 50  # a cached sentence is handed over in bursts, letting other calls run between
 
 
