@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from callcenter.call.events import read_events
+from callcenter.memory import TRIM_EVERY_S, open_fds, rss_mb
 from callcenter.server import AgentProcess
 from callcenter.telephony.softphone import Softphone, scripted_caller
 from callcenter.voice.speaker import PROMPT_CACHE_MB
@@ -48,6 +49,7 @@ def turn_latencies(events: list[dict]) -> list[dict]:
         voice_end = end.get("last_voice_t", end["t"])
         out.append({
             "turn": n,
+            "at": end["wall"] - (end["t"] - voice_end),  # when the caller stopped speaking (Unix time)
             "endpoint": end["t"] - voice_end,
             "stt": t["stt_final"]["t"] - end["t"],
             "flow": t["flow_decision"]["t"] - t["stt_final"]["t"],
@@ -254,31 +256,37 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
     return _write_report(out, report, work)
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def _by_part(turns: list[dict], parts: int = 6) -> list[dict]:
+    """Voice-to-voice percentiles of each successive part of a run (did latency hold throughout?)."""
+    if not turns:
+        return []
+    t0 = min(t["at"] for t in turns)
+    span = max(t["at"] for t in turns) - t0 or 1.0
+    out = []
+    for k in range(parts):
+        part = [t["voice_to_voice"] for t in turns if min(parts - 1, int((t["at"] - t0) / span * parts)) == k]
+        out.append(_pct(part) if part else {"n": 0})
+    return out
 
 
-def _open_fds(pid: int) -> int:
-    import os
-
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, sample_s: float = 30.0) -> dict:
+def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, sample_s: float = 30.0,
+               memory_trim_s: float | None = None, redial_s: float = 0.0) -> dict:
     """`calls` baresip callers at once, each calling again as soon as its call ends, for `minutes`,
     against `serve --workers N` behind Kamailio. Every `sample_s`: each worker's RSS and open file
     descriptors. At the end: growth after the warm-up (the first fifth), calls that never ended
-    (no call_end in their events), late frames, voice-to-voice."""
+    (no call_end in their events), late frames, voice-to-voice overall, per stage and per sixth of
+    the run. `memory_trim_s` overrides the workers' memory trimming (0: off); `redial_s`: callers
+    wait a random pause (uniform, this mean) before calling again, as real callers arrive."""
+    import random
     import threading
 
     from callcenter.workers import Fleet
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-soak-"))
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
-    fleet = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000).start()
+    extra = f"memory_trim_s: {memory_trim_s}\n" if memory_trim_s is not None else ""
+    fleet = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000,
+                  extra_config=extra).start()
     pids = fleet.worker_pids()
     _wait_warmed(fleet)
     stop = threading.Event()
@@ -287,7 +295,10 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
 
     def caller(i: int) -> None:
         n = 0
+        pauses = random.Random(i)
         while not stop.is_set():
+            if n and redial_s:
+                stop.wait(pauses.uniform(0, 2 * redial_s))
             n += 1
             with Softphone(work / f"phone{i}-{n % 2}", mic) as phone:
                 phone.dial(fleet.uri)
@@ -308,15 +319,15 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         while time.monotonic() - t0 < minutes * 60:
             time.sleep(sample_s)
             alive = [p for p in pids if Path(f"/proc/{p}").exists()]
-            samples.append({"t_s": round(time.monotonic() - t0), "rss_mb": [round(_rss_mb(p), 1) for p in alive],
-                            "fds": [_open_fds(p) for p in alive], "calls_placed": placed["n"]})
+            samples.append({"t_s": round(time.monotonic() - t0), "rss_mb": [round(rss_mb(p), 1) for p in alive],
+                            "fds": [open_fds(p) for p in alive], "calls_placed": placed["n"]})
     finally:
         stop.set()
         for t in threads:
             t.join(120)
         time.sleep(3)
-        end_fds = [_open_fds(p) for p in pids if Path(f"/proc/{p}").exists()]
-        end_rss = [round(_rss_mb(p), 1) for p in pids if Path(f"/proc/{p}").exists()]
+        end_fds = [open_fds(p) for p in pids if Path(f"/proc/{p}").exists()]
+        end_rss = [round(rss_mb(p), 1) for p in pids if Path(f"/proc/{p}").exists()]
         fleet.stop()
     warm = samples[max(0, len(samples) // 5 - 1)] if samples else None
     last = samples[-1] if samples else None
@@ -329,8 +340,11 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         all_turns += turn_latencies(events)
     growth = ([round(100 * (b - a) / a, 1) for a, b in zip(warm["rss_mb"], last["rss_mb"])]
               if warm and last and len(warm["rss_mb"]) == len(last["rss_mb"]) else None)
+    trims = fleet.log_lines("memory_trimmed")
     summary = {
-        "minutes": minutes, "concurrent": calls, "workers": workers, "calls_placed": placed["n"],
+        "minutes": minutes, "concurrent": calls, "workers": workers, "redial_s": redial_s,
+        "memory_trim_s": memory_trim_s if memory_trim_s is not None else TRIM_EVERY_S,
+        "calls_placed": placed["n"],
         "calls_failed_to_connect": placed["failed"], "calls_recorded": len(fleet.calls()),
         "calls_without_end": len(unfinished),
         "rss_mb_after_warmup": warm["rss_mb"] if warm else None, "rss_mb_at_end": last["rss_mb"] if last else None,
@@ -339,7 +353,10 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "workers_restarted": len(fleet.log_lines("worker_died")),
         "faults": _faults(every),
         **_media_summary(every),
-        **({"voice_to_voice": _pct([t["voice_to_voice"] for t in all_turns])} if all_turns else {}),
+        "memory_trims": len(trims),
+        "memory_trim_ms": _pct([t["ms"] / 1000 for t in trims]) if trims else None,
+        **({k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "voice_to_voice")} if all_turns else {}),
+        "voice_to_voice_by_sixth": _by_part(all_turns),
     }
     report = {"benchmark": "soak", "summary": summary, "samples": samples, "unfinished": unfinished[:20]}
     return _write_report(out, report, work)

@@ -210,7 +210,8 @@ def cmd_bench(args) -> int:
 def cmd_bench_soak(args) -> int:
     from callcenter.bench import bench_soak
 
-    report = bench_soak(args.minutes, args.calls, args.workers, args.flow, Path(args.json))
+    report = bench_soak(args.minutes, args.calls, args.workers, args.flow, Path(args.json),
+                        memory_trim_s=args.memory_trim_s, redial_s=args.redial_s)
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -374,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--minutes", type=float, default=30)
     s.add_argument("--calls", type=int, default=4, help="callers at once, each calling again when done")
     s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--memory-trim-s", type=float, default=None,
+                   help="the workers' memory_trim_s (default: the config's); 0 turns trimming off")
+    s.add_argument("--redial-s", type=float, default=0.0,
+                   help="mean random pause before a caller calls again (default 0: at once)")
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_soak)

@@ -21,6 +21,7 @@ from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
+from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
 from callcenter.telephony.config import SipConfig, load_sip_config
 from callcenter.telephony.sip import SIP_OK, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint, SipError
 from callcenter.voice.ambience import Ambience
@@ -156,6 +157,7 @@ class LiveCall:
         self.bridge.close()
         self.events.close()
         self.agent.live.pop(self.call_id, None)
+        self.agent.memory.call_ended()
 
 
 class SipLiveCall(LiveCall):
@@ -313,6 +315,7 @@ class Agent:
         self.control = None  # the supervisor API, when configured
         self.webrtc = None  # the browser callers' gateway, when configured
         self._services: FlowServices | None = None
+        self.memory = MemoryKeeper(config.memory_trim_s)
 
     def services_for(self, flow) -> FlowServices:
         """One set of webhook/model services per flow version, shared by its calls: the offline
@@ -362,16 +365,20 @@ class Agent:
                     pass
             except Exception as exc:  # a voice that cannot say it now is the call's problem later, not ours
                 log.warning("prompt_not_warmed", text=text, error=str(exc))
-        log.info("prompts_warmed", flow=flow.name, prompts=len(prompts),
+        log.info("prompts_warmed", flow=flow.name, version=flow.version, prompts=len(prompts),
                  seconds=round(time.monotonic() - started, 1), cached_mb=round(self.tts.cache.bytes / 2**20, 1))
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
         self.endpoint.start()
-        watcher = asyncio.create_task(self.flows.watch())
-        warming = asyncio.create_task(self.warm_prompts(self.flows.current)) \
-            if self.config.warm_prompts and self.config.prompt_cache_mb else None
+        background: list[asyncio.Task] = [asyncio.create_task(self.flows.watch())]
+        if self.config.warm_prompts and self.config.prompt_cache_mb:
+            background.append(asyncio.create_task(self.warm_prompts(self.flows.current)))
+            # an edited flow's new sentences too, while calls go on
+            self.flows.on_reload = lambda flow: background.append(asyncio.create_task(self.warm_prompts(flow)))
+        if self.config.memory_trim_s:
+            background.append(asyncio.create_task(self.memory.run()))
         if self.config.control is not None:
             from callcenter.supervisor.api import ControlApi, control_token
 
@@ -392,9 +399,8 @@ class Agent:
         try:
             await stop.wait()
         finally:
-            watcher.cancel()
-            if warming is not None:
-                warming.cancel()
+            for task in background:
+                task.cancel()
             if self.webrtc is not None:
                 await self.webrtc.stop()
             if self.control is not None:
@@ -409,7 +415,8 @@ class Agent:
 
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:
     config = load_sip_config(config_path)
-    flows = FlowLibrary(flow_path)
+    limit_arenas(config.malloc_arenas)  # before the models' and media threads allocate
+    flows = FlowLibrary(flow_path, prepare=lambda new: Ambience(new.ambience))  # a new version's line noise
     flow = flows.current
     fixed = repair_recordings(config.recordings)
     if fixed:
@@ -422,6 +429,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
 
     shared_encoder()  # and the sentence embeddings for intents
     agent = Agent(config, flows, stt, tts)
+    log.info("startup_objects_frozen", objects=freeze_startup_objects())  # out of the collector's way
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -86,6 +86,8 @@ def flow():
 def agent(tmp_path):
     from callcenter.server import AgentProcess
 
-    proc = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()
+    # memory trimmed every 2 s (not 60) so that the SIP tests run it between and during calls
+    proc = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
+                        extra_config="memory_trim_s: 2\n").start()
     yield proc
     proc.stop()

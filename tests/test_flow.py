@@ -143,3 +143,44 @@ def test_fixed_sentences_are_known_before_any_call(flow):
     assert flow.trouble.say in prompts
     assert not any("{" in text for text in prompts)  # a sentence with a variable is made per call
     assert not any(text.startswith("I have a caller on the line") for text in prompts)  # the person's briefing
+
+
+def test_a_reload_is_prepared_off_the_event_loop_before_calls_get_it(tmp_path):
+    # the server renders a new version's line noise in `prepare` (up to a second): calls on the
+    # loop must not stall meanwhile, and no call may get the version before it is ready
+    import asyncio
+    import threading
+    import time
+    from pathlib import Path
+
+    from callcenter.dialog.library import FlowLibrary
+
+    original = (Path(__file__).parent.parent / "flows" / "support.yaml").read_text()
+    path = tmp_path / "flow.yaml"
+    path.write_text(original)
+    seen: dict = {}
+
+    def prepare(flow):
+        seen["thread"] = threading.current_thread()
+        seen["current_then"] = library.current.version
+        time.sleep(0.4)
+
+    library = FlowLibrary(path, prepare=prepare)
+    library.on_reload = lambda flow: seen.setdefault("reloaded", flow.version)
+
+    async def run() -> float:
+        watcher = asyncio.create_task(library.watch(interval=0.05))
+        path.write_text(original.replace("version: 1", "version: 2"))
+        worst, last = 0.0, time.monotonic()
+        while library.current.version != 2 and time.monotonic() - last < 5:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            worst, last = max(worst, now - last), now
+        await asyncio.sleep(0.1)
+        watcher.cancel()
+        return worst
+
+    worst_gap = asyncio.run(run())
+    assert library.current.version == 2 and seen["reloaded"] == 2
+    assert seen["thread"] is not threading.main_thread() and seen["current_then"] == 1
+    assert worst_gap < 0.2, worst_gap

@@ -53,6 +53,8 @@ def test_edits_apply_to_new_calls_only_and_bad_edits_are_rejected(tmp_path):
         time.sleep(1.0)
         flow.write_text(original.replace("version: 1", "version: 2").replace(OLD_PROMPT, NEW_PROMPT))
         assert wait_log(agent, '"flow_reloaded"'), agent.log()[-2000:]
+        # the new version's sentences are made ahead as well
+        assert wait_log(agent, '"version": 2, "prompts"', 30), agent.log()[-2000:]
         assert sipp_call(agent.sip_port, 7, tmp_path).wait(60) == 0
         flow.write_text(original.replace("version: 1", "version: 3").replace("next: main_menu", "next: nowhere"))
         assert wait_log(agent, '"flow_rejected"'), agent.log()[-2000:]

@@ -189,3 +189,5 @@ def test_calls_back_to_back_reuse_conference_ports(agent, tmp_path):
                     all(read_events(j)[-1]["kind"] == "call_end" for j in agent.calls()), 5)
     assert agent.proc.poll() is None and "Traceback" not in agent.log()
     assert 4 <= agent.log().count('"conference_port_created"') <= 8
+    # ended calls' memory went back to the system in the background, calls unharmed
+    assert wait_for(lambda: '"memory_trimmed"' in agent.log(), 5)

@@ -3,12 +3,17 @@
 New calls get the newest valid version; calls in progress keep the `Flow` object they started with,
 so they finish on that version. An edit that does not pass the checker is rejected: the errors are
 logged (and kept in `errors` for the supervisor) and the running version stays.
+
+The file is checked off the event loop, and `prepare(flow)` (the server renders the new version's
+line noise there) runs before the new version is taken, so no call waits on a reload. `on_reload`
+is told of each new version once it is current (the server warms its prompts).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -22,8 +27,10 @@ POLL_S = 1.0
 
 
 class FlowLibrary:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, prepare: Callable[[Flow], object] | None = None):
         self.path = Path(path)
+        self.prepare = prepare
+        self.on_reload: Callable[[Flow], object] | None = None
         self._stamp = self._stat()
         self.digest = self._digest()
         self.current: Flow = load_flow(self.path)  # the first version must be valid: serve refuses to start
@@ -60,6 +67,11 @@ class FlowLibrary:
                           running_version=self.current.version, running_digest=self.digest)
             self.errors = exc.problems
             return False
+        if self.prepare is not None:
+            try:
+                self.prepare(flow)
+            except Exception:  # the version is valid; what could not be made ahead is made by its first call
+                log.exception("flow_prepare_failed", path=str(self.path), version=flow.version)
         self.current, self.digest, self.errors = flow, digest, []
         self.reloads += 1
         log.info("flow_reloaded", path=str(self.path), flow=flow.name, version=flow.version, digest=digest)
@@ -69,6 +81,7 @@ class FlowLibrary:
         while True:
             await asyncio.sleep(interval)
             try:
-                self.poll()
+                if await asyncio.to_thread(self.poll) and self.on_reload is not None:
+                    self.on_reload(self.current)
             except Exception:  # a watcher that dies would freeze the flow silently
                 log.exception("flow_watch_failed", path=str(self.path))

@@ -6,16 +6,14 @@ silence); what it hears is kept as 8 kHz PCM; keys go over the `keypad` data cha
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav
-from callcenter.telephony.webrtc import FRAME_S, KEYPAD_CHANNEL, CallerAudio
+from callcenter.telephony.webrtc import KEYPAD_CHANNEL, CallerAudio, FrameClock, av_frame
 
 
 class BrowserCallError(RuntimeError):
@@ -41,8 +39,7 @@ def _mic_track_class():
             super().__init__()
             self.pcm = pcm
             self._pos = 0
-            self._start: float | None = None
-            self._n = 0
+            self._clock = FrameClock(reset_s=None)  # a caller's speech is never skipped, only late
             self.finished = asyncio.Event()
 
         def play(self, pcm: bytes) -> None:
@@ -51,29 +48,16 @@ def _mic_track_class():
             self.finished.clear()
 
         async def recv(self):
-            import av
-
             if self.readyState != "live":
                 raise MediaStreamError
-            now = time.monotonic()
-            if self._start is None:
-                self._start = now
-            due = self._start + self._n * FRAME_S
-            if due > now:
-                await asyncio.sleep(due - now)
+            await self._clock.tick()
             chunk = self.pcm[self._pos:self._pos + FRAME_BYTES]
             self._pos += len(chunk)
             if len(chunk) < FRAME_BYTES:
                 chunk += bytes(FRAME_BYTES - len(chunk))
                 if self._pos >= len(self.pcm):
                     self.finished.set()
-            frame = av.AudioFrame.from_ndarray(np.frombuffer(chunk, dtype=np.int16).reshape(1, -1),
-                                               format="s16", layout="mono")
-            frame.sample_rate = SAMPLE_RATE
-            frame.pts = self._n * FRAME_SAMPLES
-            frame.time_base = fractions.Fraction(1, SAMPLE_RATE)
-            self._n += 1
-            return frame
+            return av_frame(np.frombuffer(chunk, dtype=np.int16), SAMPLE_RATE, (self._clock.frames - 1) * FRAME_SAMPLES)
 
     return WavMicrophone
 

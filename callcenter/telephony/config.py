@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from callcenter.memory import MALLOC_ARENAS, TRIM_EVERY_S
 from callcenter.voice.speaker import PROMPT_CACHE_MB
 from callcenter.yamlfile import load_model
 
@@ -108,6 +109,13 @@ class SipConfig(_Strict):
                                              "every sentence itself")
     warm_prompts: bool = Field(True, description="synthesise the flow's fixed sentences in the background "
                                                  "when the agent starts, before the first caller needs them")
+    memory_trim_s: float = Field(TRIM_EVERY_S, ge=0, le=3600,
+                                 description="hand the memory freed by ended calls back to the system at "
+                                             "most this often (seconds); 0: never (RSS then creeps up "
+                                             "under many calls)")
+    malloc_arenas: int = Field(MALLOC_ARENAS, ge=0, le=64,
+                               description="most malloc arenas the process may use (glibc's "
+                                           "MALLOC_ARENA_MAX); 0: glibc's default of 8 per core")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")

@@ -112,6 +112,39 @@ class CallerAudio:
         return out
 
 
+class FrameClock:
+    """Paces a 20 ms sender on a clock anchored at its first frame: `await tick()` returns when frame
+    `frames` is due. Late wake-ups are caught up; a sender `reset_s` behind starts afresh rather
+    than sending a burst (None: always catch up)."""
+
+    def __init__(self, reset_s: float | None = LATE_RESET_S) -> None:
+        self.reset_s = reset_s
+        self.frames = 0
+        self._start: float | None = None
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        due = self._start + self.frames * FRAME_S
+        if due > now:
+            await asyncio.sleep(due - now)
+        elif self.reset_s is not None and now - due > self.reset_s:
+            self._start = now - self.frames * FRAME_S
+        self.frames += 1
+
+
+def av_frame(samples: np.ndarray, rate: int, pts: int, layout: str = "mono"):
+    """16-bit samples as a PyAV frame for aiortc's encoder (stereo: interleaved L R)."""
+    import av
+
+    frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout=layout)
+    frame.sample_rate = rate
+    frame.pts = pts
+    frame.time_base = fractions.Fraction(1, rate)
+    return frame
+
+
 def _agent_track_class():
     from aiortc import MediaStreamTrack
     from aiortc.mediastreams import MediaStreamError
@@ -128,8 +161,7 @@ def _agent_track_class():
             self.source: Callable[[], bytes] = lambda: SILENCE_PCM
             self.rate = SAMPLE_RATE
             self._up = None
-            self._start: float | None = None
-            self.sent = 0
+            self._clock = FrameClock()
             self._pts = 0
 
         def send_at(self, rate: int) -> None:
@@ -138,29 +170,16 @@ def _agent_track_class():
             self.rate = rate
 
         async def recv(self):
-            import av
-
             if self.readyState != "live":
                 raise MediaStreamError
-            now = time.monotonic()
-            if self._start is None:
-                self._start = now
-            due = self._start + self.sent * FRAME_S
-            if due > now:
-                await asyncio.sleep(due - now)
-            elif now - due > LATE_RESET_S:
-                self._start = now - self.sent * FRAME_S
+            await self._clock.tick()
             samples = np.frombuffer(self.source(), dtype=np.int16)
             layout = "mono"
             if self._up is not None:  # Opus: 48 kHz, both channels ours (aiortc's upmix would lose 3 dB)
                 samples = np.repeat(self._up.process(samples), 2)
                 layout = "stereo"
-            frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout=layout)
-            frame.sample_rate = self.rate
-            frame.pts = self._pts
-            frame.time_base = fractions.Fraction(1, self.rate)
+            frame = av_frame(samples, self.rate, self._pts, layout)
             self._pts += frame.samples
-            self.sent += 1
             return frame
 
     return AgentTrack
