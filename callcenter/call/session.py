@@ -31,7 +31,7 @@ from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say,
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, trouble_destination
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig, LineFront
-from callcenter.hearing.stt import WhisperStt, decode_queue
+from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
                                       Turn, TurnDetector)
 from callcenter.telephony.dtmf import InbandDtmf
@@ -135,8 +135,6 @@ class CallSession:
         self.turns = TurnDetector(self.hearing.turns)
         self.front = LineFront(self.hearing)
         self._decodes: dict[tuple[int, int], asyncio.Future] = {}
-        self._decoder = decode_queue(stt)  # the process's Whisper decodes, shared with its other calls
-        self._stream = object()  # this call's key in that queue (with a turn number)
         self.keypad = InbandDtmf()
         self._last_key: tuple[str, float, str] | None = None
         self.result = SessionResult()
@@ -219,8 +217,6 @@ class CallSession:
         for t in self._tasks + [self._no_input_task]:
             if t and not t.done():
                 t.cancel()
-        for decode in self._decodes.values():  # still waiting in the queue: nobody will read it
-            decode.cancel()
         busy = [t for t in self._tasks if not t.done()]
         if busy:
             _, stuck = await asyncio.wait(busy, timeout=SHUTDOWN_S)
@@ -322,9 +318,9 @@ class CallSession:
         key = (pause.turn_id, pause.key)
         if key in self._decodes:
             return
-        # a newer pause of the same turn drops this turn's decode still waiting in the queue
-        future = asyncio.wrap_future(self._decoder.submit((self._stream, pause.turn_id), pause.pcm, SAMPLE_RATE,
-                                                          self.turns.expect.hint))
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE,
+                                      self.turns.expect.hint)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -346,13 +342,12 @@ class CallSession:
                 text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
             else:
                 covering = [f for (tid, key), f in self._decodes.items()
-                            if tid == turn.turn_id and key >= turn.voiced_frames and not f.cancelled()]
-                if covering:  # the caller now waits for it: ahead of other calls' partials
+                            if tid == turn.turn_id and key >= turn.voiced_frames]
+                if covering:
                     decode, how = covering[-1], "in flight"
-                    self._decoder.hurry((self._stream, turn.turn_id))
                 else:
-                    decode = asyncio.wrap_future(self._decoder.submit(
-                        (self._stream, turn.turn_id), turn.pcm, SAMPLE_RATE, self.turns.expect.hint, urgent=True))
+                    decode = asyncio.get_running_loop().run_in_executor(
+                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, self.turns.expect.hint)
                     how = "after end"
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds

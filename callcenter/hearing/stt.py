@@ -12,12 +12,9 @@ makes re-decoding a growing turn affordable, which `streaming.py` uses for parti
 
 from __future__ import annotations
 
-import itertools
 import re
 import threading
 import time
-from collections.abc import Hashable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,8 +32,6 @@ MAX_NEW_TOKENS = 120
 TOKENS_PER_SECOND = 7             # speech rarely runs faster: more tokens than this is Whisper looping
 NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is treated as no speech
 NO_SPEECH_LOGPROB = -1.0
-DECODERS = 2                      # decodes run at once per process (CTranslate2 replicas)
-DECODER_IDLE_S = 30.0             # a decode thread with nothing to do for this long ends
 
 
 class SttError(RuntimeError):
@@ -131,13 +126,12 @@ class WhisperStt:
     `hint` biases the decoder (Whisper's previous-text prompt): the flow node's expectation, e.g.
     a digit string written as digits so that spoken digits come back as digits."""
 
-    def __init__(self, model_dir: str | Path | None = None, workers: int = DECODERS, beam_size: int = 1):
+    def __init__(self, model_dir: str | Path | None = None, workers: int = 2, beam_size: int = 1):
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
         self.model_dir = Path(model_dir) if model_dir else default_model_dir()
         self.whisper = _load(self.model_dir, workers)
-        self.workers = workers
         self.beam_size = beam_size
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
                                    task="transcribe", language="en")
@@ -177,91 +171,3 @@ class WhisperStt:
         if hint:
             prompt = [self.tokenizer.sot_prev] + self.tokenizer.encode(" " + hint.strip())[-100:]
         return prompt + list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
-
-
-class DecodeQueue:
-    """A process's Whisper decodes, `workers` at a time, for all of its calls.
-
-    Most decodes are speculative: a caller's turn is decoded again at every pause and every second
-    (partials), each time from its start. Under many calls they pile up, and the decode a caller is
-    actually waiting for (the end of their turn) used to sit behind other calls' stale partials. So:
-    - a decode still waiting when newer audio of the same turn (`stream`) comes is dropped (its
-      future cancelled): the newer one covers it;
-    - `hurry(stream)` moves a turn's waiting decode ahead of every speculative one (the caller has
-      stopped talking and waits for the answer); urgent decodes go first in arrival order, then the
-      others in arrival order.
-    Thread-safe; results and exceptions come back on `concurrent.futures.Future`s."""
-
-    def __init__(self, transcribe, workers: int = DECODERS):
-        self._transcribe = transcribe  # (pcm, rate, hint) -> Transcript
-        self.workers = max(1, workers)
-        self._lock = threading.Condition()
-        self._waiting: dict[Hashable, _Decode] = {}  # at most one waiting decode per stream
-        self._seq = itertools.count()
-        self._threads: list[threading.Thread] = []
-        self.dropped = 0  # superseded before they ran
-
-    def submit(self, stream: Hashable, pcm: bytes, rate: int = SAMPLE_RATE, hint: str | None = None,
-               urgent: bool = False) -> Future:
-        job = _Decode(next(self._seq), urgent, pcm, rate, hint, Future())
-        with self._lock:
-            old = self._waiting.pop(stream, None)
-            if old is not None and old.future.cancel():
-                self.dropped += 1
-            self._waiting[stream] = job
-            if len(self._threads) < self.workers:
-                t = threading.Thread(target=self._work, name=f"stt-{len(self._threads)}", daemon=True)
-                self._threads.append(t)
-                t.start()
-            self._lock.notify()
-        return job.future
-
-    def hurry(self, stream: Hashable) -> None:
-        with self._lock:
-            job = self._waiting.get(stream)
-            if job is not None:
-                job.urgent = True
-
-    def waiting(self) -> int:
-        with self._lock:
-            return len(self._waiting)
-
-    def _next(self) -> "_Decode | None":
-        """The next decode to run; None (and this thread retires) after DECODER_IDLE_S without work."""
-        with self._lock:
-            if not self._waiting:
-                self._lock.wait(DECODER_IDLE_S)
-            if not self._waiting:
-                self._threads.remove(threading.current_thread())
-                return None
-            stream = min(self._waiting, key=lambda s: (not self._waiting[s].urgent, self._waiting[s].seq))
-            return self._waiting.pop(stream)
-
-    def _work(self) -> None:
-        while (job := self._next()) is not None:
-            if not job.future.set_running_or_notify_cancel():
-                continue
-            try:
-                job.future.set_result(self._transcribe(job.pcm, job.rate, job.hint))
-            except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
-                job.future.set_exception(exc)
-
-
-@dataclass
-class _Decode:
-    seq: int
-    urgent: bool
-    pcm: bytes
-    rate: int
-    hint: str | None
-    future: Future
-
-
-def decode_queue(stt) -> DecodeQueue:
-    """The one decode queue of a recognizer (anything with `transcribe_pcm`), shared by its calls."""
-    with _models_lock:
-        queue = getattr(stt, "_decode_queue", None)
-        if queue is None:
-            queue = DecodeQueue(stt.transcribe_pcm, getattr(stt, "workers", DECODERS))
-            stt._decode_queue = queue
-        return queue

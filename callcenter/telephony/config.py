@@ -115,7 +115,8 @@ class SipConfig(_Strict):
                                              "under many calls)")
     malloc_arenas: int = Field(MALLOC_ARENAS, ge=0, le=64,
                                description="most malloc arenas the process may use (glibc's "
-                                           "MALLOC_ARENA_MAX); 0: glibc's default of 8 per core")
+                                           "MALLOC_ARENA_MAX); 0: glibc's default of 8 per core. A "
+                                           "cap of 2 made late frames 2.4x as common at 12 calls")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")
