@@ -21,6 +21,19 @@ log = structlog.get_logger()
 RTP_PORTS_PER_WORKER = 1000
 RESTART_AFTER_S = 1.0
 WATCH_S = 0.2
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _end_with_supervisor() -> None:
+    """In a worker, before exec: SIGTERM when the supervisor dies (even by kill -9), so that no
+    orphaned worker keeps its SIP port and models after the pool is gone."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: workers outlive a killed supervisor
+        pass
 
 
 def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple[Path, SipConfig]]:
@@ -69,7 +82,7 @@ class WorkerPool:
         cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(path), "--flow", self.flow]
         if self.stt_model:
             cmd += ["--stt-model", self.stt_model]
-        self.procs[i] = subprocess.Popen(cmd)
+        self.procs[i] = subprocess.Popen(cmd, preexec_fn=_end_with_supervisor)
         log.info("worker_started", worker=i, pid=self.procs[i].pid,
                  sip=f"{cfg.listen.host}:{cfg.listen.port}", restarts=self.restarts[i])
 
@@ -174,7 +187,10 @@ class Fleet:
     def stop(self) -> None:
         if self.kamailio and self.kamailio.poll() is None:
             self.kamailio.terminate()
-            self.kamailio.wait(10)
+            try:
+                self.kamailio.wait(10)
+            except subprocess.TimeoutExpired:  # never leave the pool running because Kamailio was slow
+                self.kamailio.kill()
         if self.pool and self.pool.poll() is None:
             self.pool.send_signal(signal.SIGTERM)
             try:

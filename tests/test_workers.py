@@ -34,6 +34,14 @@ def two_free_ports() -> int:
             continue
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
 def wait_for(check, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -97,6 +105,12 @@ def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
         assert int(row["SuccessfulCall(C)"]) == 4, row
         wait_for(lambda: len(workers_of(recordings, since=back_at)) == 4, 10, "calls after the restart")
         assert f"127.0.0.1:{sip}" in workers_of(recordings, since=back_at)
+
+        # the supervisor itself killed: its workers end too, none is left holding its port
+        workers = fleet.worker_pids()
+        subprocess.run(["kill", "-9", str(fleet.pool.pid)], check=True)
+        fleet.pool.wait(5)
+        wait_for(lambda: not any(running(p) for p in workers), 20, "the workers of a killed supervisor to end")
     finally:
         fleet.stop()
 
