@@ -53,15 +53,17 @@ def open_fds(pid: int | None = None) -> int:
     return len(os.listdir(f"/proc/{pid or 'self'}/fd"))
 
 
-def _malloc_trim():
-    name = ctypes.util.find_library("c")
+def libc_function(name: str):
+    """A function of the C library (glibc), or None where it has none by that name (musl, macOS)."""
+    path = ctypes.util.find_library("c") or "libc.so.6"
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+        return getattr(ctypes.CDLL(path), name)
+    except (OSError, AttributeError):
         return None
 
 
-_TRIM = _malloc_trim()
+_TRIM = libc_function("malloc_trim")
+_MALLOPT = libc_function("mallopt")
 M_ARENA_MAX = -8  # glibc's mallopt() parameter (malloc.h)
 MALLOC_ARENAS = 0  # glibc's default (8 per core): a cap of 2 cost the calls their timing, see above
 
@@ -69,13 +71,9 @@ MALLOC_ARENAS = 0  # glibc's default (8 per core): a cap of 2 cost the calls the
 def limit_arenas(arenas: int) -> bool:
     """Let glibc create at most `arenas` malloc arenas from now on (0: its default, 8 per core).
     False where the C library has no such setting."""
-    name = ctypes.util.find_library("c")
-    if not arenas or not name:
+    if not arenas or _MALLOPT is None:
         return False
-    try:
-        return bool(ctypes.CDLL(name).mallopt(M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):
-        return False
+    return bool(_MALLOPT(M_ARENA_MAX, arenas))
 
 
 def freeze_startup_objects() -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import structlog
 import yaml
 
+from callcenter.memory import libc_function
 from callcenter.telephony.config import SipConfig, load_sip_config
 
 log = structlog.get_logger()
@@ -22,18 +23,14 @@ RTP_PORTS_PER_WORKER = 1000
 RESTART_AFTER_S = 1.0
 WATCH_S = 0.2
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+_PRCTL = libc_function("prctl")  # looked up here, not in the forked child
 
 
 def _end_with_supervisor() -> None:
     """In a worker, before exec: SIGTERM when the supervisor dies (even by kill -9), so that no
     orphaned worker keeps its SIP port and models after the pool is gone."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: workers outlive a killed supervisor
-        pass
+    if _PRCTL is not None:  # None off Linux: workers then outlive a killed supervisor
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple[Path, SipConfig]]:
