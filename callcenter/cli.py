@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from callcenter import logs
+from callcenter.telephony.kamailio import PIKE_DENSITY, PIKE_UNIT_S
 from callcenter.yamlfile import UserFileError
 
 
@@ -138,7 +139,8 @@ def cmd_kamailio_config(args) -> int:
 
     try:
         callers = callers_from_env(args.caller or [])
-        cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm)
+        cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm,
+                                    pike_density=args.rate_limit)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
@@ -176,7 +178,7 @@ def cmd_tui(args) -> int:
             cfg = load_sip_config(args.config)
             urls += worker_control_urls(cfg, args.workers)
             recordings = Path(cfg.recordings)
-        return run_tui(urls or ["http://127.0.0.1:8470"], args.token, recordings)
+        return run_tui(urls or ["http://127.0.0.1:8470"], args.token_file, recordings)
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -283,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--caller", action="append", metavar="USER=ENV_VAR",
                    help="require digest authentication of INVITEs; this caller's password is in ENV_VAR (repeatable)")
     s.add_argument("--realm", default="callcenter", help="the digest realm")
+    s.add_argument("--rate-limit", type=int, default=PIKE_DENSITY, metavar="N",
+                   help=f"requests one address (not a worker) may send per {PIKE_UNIT_S} s before Kamailio "
+                        f"blocks it for a while (pike; default {PIKE_DENSITY})")
     s.set_defaults(fn=cmd_kamailio_config)
 
     s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")
@@ -343,8 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("tui", help="the supervisor's console: live calls, transcripts, latency, actions")
     s.add_argument("--connect", action="append", metavar="URL",
                    help="an agent server's control API (repeat for several; default http://127.0.0.1:8470)")
-    s.add_argument("--token", default=None, help="API token (default: $CALLCENTER_TOKEN, else "
-                                                 "recordings/.control-token)")
+    s.add_argument("--token-file", default=None, metavar="FILE",
+                   help="read the API token from FILE (default: $CALLCENTER_TOKEN, else "
+                        "recordings/.control-token); never on the command line, where `ps` shows it")
     s.add_argument("--recordings", default="recordings", help="where to look for .control-token")
     s.add_argument("--config", default=None, help="connect to every worker of `serve --workers N` with this config")
     s.add_argument("--workers", type=int, default=1, help="with --config: how many workers")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import time
+import uuid
 import zlib
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import structlog
 from callcenter.call.bridge import MediaBridge
 from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
-from callcenter.call.recording import StereoRecorder, repair_recordings
+from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
+from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
 from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
@@ -30,6 +32,13 @@ from callcenter.voice.speaker import make_tts
 log = structlog.get_logger()
 
 MEDIA_STALL_S = 5.0  # a live call whose transport asked for no frame this long is hung up
+ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
+
+
+def new_call_id(transport: str) -> str:
+    """The server's own name for a call: unique, and safe as a file name whatever the caller sent
+    (the SIP Call-ID is kept in `call_start` as `sip_call_id`)."""
+    return f"{transport}-{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:12]}"
 
 
 class LiveCall:
@@ -40,23 +49,23 @@ class LiveCall:
     transport = "sip"
     transfer_bridges = False  # True: a transfer keeps the agent in the media path (no REFER possible)
 
-    def __init__(self, agent: "Agent", call_id: str, remote_uri: str, variables: dict[str, str]):
+    def __init__(self, agent: "Agent", call_id: str, remote_uri: str, variables: dict[str, str],
+                 transport_id: dict[str, str] | None = None):
         self.agent = agent
         self.call_id = call_id
         self.remote_uri = remote_uri
         self.log = log.bind(call_id=self.call_id)
         loop = asyncio.get_running_loop()
-        wav, jsonl = recording_paths(agent.config.recordings, _safe_name(self.call_id))
-        self.recorder = StereoRecorder(wav)
-        self.events = CallEvents(self.call_id, jsonl)
+        self.recorder: StereoRecorder | None = None  # made once media flows (on_confirmed)
+        self.events = CallEvents(self.call_id)
         flow = agent.flows.current  # this call keeps this version even if the file changes meanwhile
         ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
-        self.bridge = MediaBridge(loop, self.recorder, ambience)
+        self.bridge = MediaBridge(loop, None, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts, services=agent.services_for(flow),
                                    variables=variables, flow_digest=agent.flows.digest,
                                    worker=f"{agent.config.listen.host}:{agent.config.listen.port}",
-                                   transport=self.transport)
+                                   transport=self.transport, transport_id=transport_id)
         self.consult: ConsultLeg | None = None
         self.task: asyncio.Task | None = None
         self.started_wall = time.time()
@@ -67,7 +76,15 @@ class LiveCall:
 
     # ---- from the transport (on the loop)
     def on_confirmed(self) -> None:
+        """Media flows: the recording and the event log are created now, not for a call that never
+        connected (an INVITE never ACKed, a browser offer that never connects)."""
         self.log.info("call_confirmed", remote=self.remote_uri, transport=self.transport)
+        wav, jsonl = recording_paths(self.agent.config.recordings, self.call_id)
+        try:
+            self.recorder = self.bridge.recorder = StereoRecorder(wav)
+            self.events.open(jsonl)
+        except OSError as exc:  # a full disk or a name already taken: the call goes on, unrecorded
+            self.log.error("recording_failed", error=str(exc))
         self.task = asyncio.create_task(self._run())
 
     def on_disconnected(self, code: int, reason: str) -> None:
@@ -164,7 +181,8 @@ class SipLiveCall(LiveCall):
     """A call on a SIP line: one pjsua2 dialog (on the SIP thread) and its session (on the loop)."""
 
     def __init__(self, agent: "Agent", call: SipCall, info: CallInfo):
-        super().__init__(agent, info.call_id, info.remote_uri, caller_variables(info.remote_uri))
+        super().__init__(agent, new_call_id("sip"), info.remote_uri, caller_variables(info.remote_uri),
+                         {"sip_call_id": info.call_id})
         self.call = call
         self.info = info
         self._transfer: asyncio.Future | None = None
@@ -225,6 +243,15 @@ class WebRtcLiveCall(LiveCall):
         self._closed = True
         super().on_disconnected(code, reason)
 
+    def on_confirmed(self) -> None:
+        """Connected: now the call takes a slot, if one is still free (offers that never connect
+        hold none, so a slot can have gone to a phone call meanwhile)."""
+        if self.agent.full(exclude=self):
+            self.log.warning("webrtc_busy_at_connect", max_calls=self.agent.config.max_calls)
+            asyncio.create_task(self.hangup())
+            return
+        super().on_confirmed()
+
     def on_dtmf(self, digit: str) -> None:
         if self.task is not None:
             self.session.on_dtmf(digit, source="datachannel")
@@ -252,7 +279,9 @@ class ConsultLeg:
     def __init__(self, live: LiveCall):
         loop = asyncio.get_running_loop()
         self.live = live
-        self.recorder = StereoRecorder(live.recorder.path.with_name(live.recorder.path.stem + "-transfer.wav"))
+        base = live.recorder.path if live.recorder is not None else recording_paths(
+            live.agent.config.recordings, live.call_id)[0]
+        self.recorder = StereoRecorder(unique_path(base.with_name(base.stem + "-transfer.wav")))
         self.bridge = MediaBridge(loop, self.recorder)
         self.confirmed: asyncio.Future = loop.create_future()
         self.ended: asyncio.Future = loop.create_future()
@@ -300,10 +329,6 @@ def caller_variables(remote: str) -> dict[str, str]:
     return {"caller": uri, "caller_number": user}
 
 
-def _safe_name(call_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in call_id)[:120]
-
-
 class Agent:
     def __init__(self, config: SipConfig, flows: FlowLibrary, stt: WhisperStt, tts):
         self.config = config
@@ -326,12 +351,35 @@ class Agent:
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
         live = SipLiveCall(self, call, info)
-        self.live[info.call_id] = live
+        self.live[live.call_id] = live
         if self.control is not None:
             self.control.attach(live)
-        live.log.info("call_incoming", remote=info.remote_uri)
+        live.log.info("call_incoming", remote=info.remote_uri, sip_call_id=info.call_id)
         fut = self.endpoint.call_soon(call.answer_with, SIP_OK)
         fut.add_done_callback(lambda f: f.exception() and live.log.error("answer_failed", error=str(f.exception())))
+        asyncio.get_running_loop().call_later(ANSWER_TIMEOUT_S, self._unanswered, live)
+
+    def _unanswered(self, live: "SipLiveCall") -> None:
+        """Our 200 OK has had no ACK for ANSWER_TIMEOUT_S: a caller gone, or one holding call slots
+        on purpose. Hang up so the slot is free for the next caller."""
+        if live.task is None and not live.ended:
+            live.log.warning("sip_call_not_acked", after_s=ANSWER_TIMEOUT_S, remote=live.remote_uri)
+            self.endpoint.call_soon(live.call.terminate_unanswered)
+
+    @property
+    def other_calls(self) -> int:
+        """Connected calls that are not on a SIP line (browser callers): they count toward the same
+        cap as SIP calls. A browser offer still connecting takes no slot."""
+        return sum(1 for live in list(self.live.values()) if live.transport != "sip" and live.task is not None)
+
+    def full(self, exclude: LiveCall | None = None) -> bool:
+        """Has the process all the calls it may take, SIP and browser together? Browser calls count
+        once connected (and `exclude` not at all); each kind has its own cap as well."""
+        sip = sum(1 for live in list(self.live.values()) if live.transport == "sip")
+        browser = sum(1 for live in list(self.live.values())
+                      if live.transport != "sip" and live.task is not None and live is not exclude)
+        webrtc_cap = self.config.webrtc.max_calls if self.config.webrtc else 0
+        return sip + browser >= self.config.max_calls or (exclude is not None and browser >= webrtc_cap)
 
     def _on_browser_call(self, peer, remote_address: str) -> None:
         live = WebRtcLiveCall(self, peer, remote_address)
@@ -347,7 +395,8 @@ class Agent:
         if cfg.candidates:
             use_host_candidates(cfg.candidates)
         self.webrtc = WebRtcGateway(cfg.host, cfg.port, cfg.max_calls, self._on_browser_call, cfg.stun_servers,
-                                    process_full=lambda: len(self.live) >= self.config.max_calls)
+                                    process_full=self.full,
+                                    peer_networks=cfg.peer_networks, connect_timeout_s=cfg.connect_timeout_s)
         try:
             await self.webrtc.start()
         except OSError as exc:
@@ -368,9 +417,18 @@ class Agent:
         log.info("prompts_warmed", flow=flow.name, version=flow.version, prompts=len(prompts),
                  seconds=round(time.monotonic() - started, 1), cached_mb=round(self.tts.cache.bytes / 2**20, 1))
 
+    async def keep_recordings(self, days: float) -> None:
+        """Delete recordings older than `days`: now, then once a day (on a thread: a large folder
+        must not hold up the calls)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            removed = await loop.run_in_executor(None, purge_recordings, self.config.recordings, days)
+            log.info("recordings_purged", files=len(removed), retention_days=days)
+            await asyncio.sleep(DAY_S)
+
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        self.endpoint = SipEndpoint(self.config, loop, self._on_incoming)
+        self.endpoint = SipEndpoint(self.config, loop, self._on_incoming, lambda: self.other_calls)
         self.endpoint.start()
         background: list[asyncio.Task] = [asyncio.create_task(self.flows.watch())]
         if self.config.warm_prompts and self.config.prompt_cache_mb:
@@ -379,6 +437,8 @@ class Agent:
             self.flows.on_reload = lambda flow: background.append(asyncio.create_task(self.warm_prompts(flow)))
         if self.config.memory_trim_s:
             background.append(asyncio.create_task(self.memory.run()))
+        if self.config.retention_days:
+            background.append(asyncio.create_task(self.keep_recordings(self.config.retention_days)))
         if self.config.control is not None:
             from callcenter.supervisor.api import ControlApi, control_token
 
@@ -418,6 +478,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     limit_arenas(config.malloc_arenas)  # before the models' and media threads allocate
     flows = FlowLibrary(flow_path, prepare=lambda new: Ambience(new.ambience))  # a new version's line noise
     flow = flows.current
+    make_private(config.recordings)  # 700 folders, 600 files, also for those of older versions
     fixed = repair_recordings(config.recordings)
     if fixed:
         log.warning("recordings_repaired", files=[str(p) for p in fixed])

@@ -47,6 +47,7 @@ class _Queued:
     utterance: int
     first: bool
     last: bool
+    private: bool = False  # says a sensitive value: silence in the recording
 
 
 class MediaBridge:
@@ -73,6 +74,9 @@ class MediaBridge:
         self.caller_level_dbfs = -120.0
         self.agent_level_dbfs = -120.0
         self._relay: MediaBridge | None = None
+        # while the caller gives a sensitive value (a card number) their side of the recording is
+        # silence: spoken digits and keypad tones never reach the file (PCI DSS)
+        self.private_caller = False
         # how well the transport keeps the 20 ms clock (both SIP and WebRTC ask for one frame a tick)
         self.frames_out = 0
         self.late_frames = 0
@@ -87,9 +91,12 @@ class MediaBridge:
         self._on_first_frame = first_frame
         self._on_utterance_played = utterance_played
 
-    def play(self, frame: AudioFrame, utterance: int, first: bool = False, last: bool = False) -> None:
+    def play(self, frame: AudioFrame, utterance: int, first: bool = False, last: bool = False,
+             private: bool = False) -> None:
+        """Queue one agent frame; `private` (a read-back of a sensitive value) is sent to the caller
+        but recorded as silence."""
         with self._lock:
-            self._out.append(_Queued(frame.pcm, utterance, first, last))
+            self._out.append(_Queued(frame.pcm, utterance, first, last, private))
 
     def end_utterance(self, utterance: int) -> None:
         """Mark the end of an utterance whose frames are all queued (also for an empty one)."""
@@ -157,7 +164,7 @@ class MediaBridge:
         pcm = item.pcm if item else SILENCE_PCM
         if self.ambience is not None:
             pcm = self.ambience.process(pcm)
-        self._pending_agent = pcm
+        self._pending_agent = SILENCE_PCM if item is not None and item.private else pcm
         self._references.append(pcm)
         if item is not None:
             now = time.monotonic()
@@ -173,7 +180,7 @@ class MediaBridge:
         agent = self._pending_agent if self._pending_agent is not None else SILENCE_PCM
         self._pending_agent = None
         if self.recorder:
-            self.recorder.write(pcm, agent)
+            self.recorder.write(SILENCE_PCM if self.private_caller else pcm, agent)
         self._level_frames += 1
         if self._level_frames >= LEVEL_EVERY_FRAMES:  # level meters for the supervisor, 5 times a second
             self._level_frames = 0

@@ -75,10 +75,26 @@ class CallEvents:
         self.history: list[Event] = []
         self._subscribers: list[Callable[[Event], None]] = []
         self._fd: int | None = None
-        self.path = Path(path) if path else None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.path: Path | None = None
+        # the call's secrets (card numbers, webhook keys) are scrubbed from every event before it is
+        # kept, written or sent (see dialog.redact)
+        self.scrub: Callable[[Any], Any] | None = None
+        if path:
+            self.open(path)
+
+    def open(self, path: str | Path) -> None:
+        """Start writing the JSONL file (mode 600 in a folder of mode 700; never an existing file),
+        beginning with the events so far: a call's files appear only once its media flows."""
+        from callcenter.call.recording import create_private
+
+        self.path = Path(path)
+        self._fd = create_private(self.path, append=True)
+        for ev in self.history:
+            self._write(ev)
+
+    def _write(self, ev: Event) -> None:
+        # a lone surrogate (from a client's text) must not break the log: written as U+FFFD
+        os.write(self._fd, (ev.to_json() + "\n").encode("utf-8", "replace"))
 
     def now(self) -> float:
         return self._clock() - self._t0
@@ -95,10 +111,12 @@ class CallEvents:
         return self.turn
 
     def emit(self, kind: str, at: float | None = None, **data: Any) -> Event:
+        if self.scrub is not None:
+            data = self.scrub(data)
         ev = Event(kind, self.call_id, self.now() if at is None else at, time.time(), self.turn, data)
         self.history.append(ev)
         if self._fd is not None:
-            os.write(self._fd, (ev.to_json() + "\n").encode())
+            self._write(ev)
         for fn in self._subscribers:
             fn(ev)
         return ev

@@ -20,6 +20,61 @@ HEADER_REFRESH_FRAMES = 1000 // FRAME_MS  # once a second
 FLUSH_FRAMES = 200 // FRAME_MS  # audio reaches the file every 200 ms
 
 
+FILE_MODE = 0o600  # recordings and transcripts: the agent's user alone
+FOLDER_MODE = 0o700
+
+
+def private_folder(path: str | Path) -> Path:
+    """A folder only the agent's user can enter, made with its missing parents (each mode 700). A
+    folder that exists already keeps its mode: `serve` makes its recordings private itself
+    (`make_private`), and a folder a user named (`simulate --out .`) is theirs."""
+    path = Path(path)
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=FOLDER_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(folder, FOLDER_MODE)  # mkdir's mode is cut by the umask
+    return path
+
+
+def make_private(root: str | Path) -> None:
+    """The recordings folder, its day folders and their files: 700 and 600 (from older versions,
+    or copied in by hand). Links are left alone, never followed."""
+    root = private_folder(root)
+    os.chmod(root, FOLDER_MODE)
+    for day in root.iterdir():
+        if day.is_symlink():
+            continue
+        if day.is_dir():
+            os.chmod(day, FOLDER_MODE)
+            for f in day.iterdir():
+                if f.is_file() and not f.is_symlink():
+                    os.chmod(f, FILE_MODE)
+        elif day.is_file():
+            os.chmod(day, FILE_MODE)
+
+
+def create_private(path: str | Path, append: bool = False) -> int:
+    """Create a new file of mode 600 in a private folder and open it for writing. Never an existing
+    file (O_EXCL), nor one behind a symbolic link: FileExistsError if the name is taken."""
+    path = Path(path)
+    private_folder(path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | (os.O_APPEND if append else 0)
+    return os.open(path, flags, FILE_MODE)
+
+
+def unique_path(path: str | Path) -> Path:
+    """`path`, or `name-2.wav`, `name-3.wav`, ... if that is taken."""
+    path = candidate = Path(path)
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
 def _wav_header(data_bytes: int, channels: int = CHANNELS, rate: int = SAMPLE_RATE) -> bytes:
     block_align = channels * SAMPLE_WIDTH
     return struct.pack(
@@ -50,8 +105,7 @@ class WavWriter:
     def __init__(self, path: str | Path, channels: int = 1) -> None:
         self.path = Path(path)
         self.channels = channels
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd = create_private(self.path)
         os.write(self._fd, _wav_header(0, channels))
         self._data_bytes = 0
         self._frames_since_refresh = 0

@@ -29,6 +29,7 @@ from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_
 from callcenter.dialog.digits import digits_hint
 from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, trouble_destination
+from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.stt import WhisperStt
@@ -48,6 +49,7 @@ GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
 DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
 SHUTDOWN_S = 1.0  # a stage still busy this long after the call ended is logged and left behind
+PRIVATE_TAIL_S = 1.5  # the caller's side stays out of the recording this long after a card number is taken
 
 
 async def unless_stalled(items, first_s: float, gap_s: float):
@@ -108,12 +110,14 @@ class CallSession:
         worker: str | None = None,
         transport: str | None = None,
         backup_tts=None,
+        transport_id: dict[str, str] | None = None,
     ):
         self.call_id = call_id
         self.flow = flow
         self.flow_digest = flow_digest
         self.worker = worker  # which agent process took the call (serve --workers)
         self.transport = transport  # sip, webrtc (None: a simulated line)
+        self.transport_id = transport_id or {}  # the transport's own name for the call (sip_call_id)
         self.bridge = bridge
         self.control = control
         self.events = events
@@ -123,6 +127,9 @@ class CallSession:
         self.in_trouble = False  # a stage failed: the caller is being told and transferred or let go
         self.log = log.bind(call_id=call_id)
         self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
+        events.scrub = self.dialog.redactor.scrub  # card numbers and webhook keys never leave the call
+        self._private_off: asyncio.TimerHandle | None = None
+        self._turn_private = False  # the caller's current turn began while they gave a sensitive value
         self.services = services or FlowServices(flow)
         self._voicemail: VoicemailRecorder | None = None
         self.bridged = False  # a warm transfer connected the caller to a person
@@ -157,7 +164,7 @@ class CallSession:
         self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version,
                          **({"flow_digest": self.flow_digest} if self.flow_digest else {}),
                          **({"worker": self.worker} if self.worker else {}),
-                         **({"transport": self.transport} if self.transport else {}))
+                         **({"transport": self.transport} if self.transport else {}), **self.transport_id)
         self._tasks = [
             asyncio.create_task(self._hear(), name=f"{self.call_id}-hear"),
             asyncio.create_task(self._speak(), name=f"{self.call_id}-speak"),
@@ -165,6 +172,7 @@ class CallSession:
         for task in self._tasks:
             task.add_done_callback(self._stage_died)
         self._act(self.dialog.start())
+        self._guard_privacy()
         await self._ended.wait()
         await self._shutdown()
         return self.result
@@ -290,6 +298,7 @@ class CallSession:
             self._voicemail.heard(event, now)
             return
         if isinstance(event, Started):
+            self._turn_private = self.bridge.private_caller or self.dialog.collecting_sensitive
             self._cancel_no_input()
             self.events.next_turn()  # the turn's partials, final and answer share its number
             self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.turns.floor_db, 1))
@@ -312,7 +321,7 @@ class CallSession:
             self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
                              last_voice_t=round(now - event.silence_ms / 1000, 4))
             self._in_flight += 1
-            asyncio.create_task(self._recognise(turn))
+            asyncio.create_task(self._recognise(turn, self._turn_private))
 
     def _start_decode(self, pause: Pause) -> None:
         key = (pause.turn_id, pause.key)
@@ -329,14 +338,14 @@ class CallSession:
             if f.cancelled() or f.exception() is not None or self._ended.is_set():
                 return
             result = f.result()
-            self.events.emit(ev.STT_PARTIAL, text=result.text, confidence=round(result.confidence, 3),
+            self.events.emit(ev.STT_PARTIAL, text=self._shown(result.text), confidence=round(result.confidence, 3),
                              audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial)
             for event in self.turns.heard(pause.turn_id, pause.key, result.text, result.confidence):
                 self._on_turn_event(event, self.events.now())
 
         future.add_done_callback(done)
 
-    async def _recognise(self, turn: Turn) -> None:
+    async def _recognise(self, turn: Turn, private: bool = False) -> None:
         try:
             if turn.text is not None:
                 text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
@@ -351,7 +360,9 @@ class CallSession:
                     how = "after end"
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
-            self.events.emit(ev.STT_FINAL, text=text, confidence=round(conf, 3), stt_s=round(stt_s, 3), via=how)
+            self.events.emit(ev.STT_FINAL, text=self._shown(text, private), confidence=round(conf, 3),
+                             stt_s=round(stt_s, 3),
+                             via=how)
         except Exception as exc:  # a recognizer that raises or stalls: tell the caller, don't go silent
             error = str(exc) or f"no transcript after {STT_GIVE_UP_S} s"
             self.log.error("stt_failed", error=error)
@@ -388,7 +399,8 @@ class CallSession:
         if digit not in DTMF_DIGITS:  # A-D: a tone no telephone keypad sends to us
             self.events.emit(ev.DTMF, digit=digit, source=source, ignored=True)
             return
-        self.events.emit(ev.DTMF, digit=digit, source=source)
+        if not self.dialog.collecting_sensitive:  # a card number's keys are not logged one by one
+            self.events.emit(ev.DTMF, digit=digit, source=source)
         if self._voicemail is not None:
             if digit == "#":
                 self._voicemail.finish("pound")
@@ -424,6 +436,7 @@ class CallSession:
                 self.events.emit(ev.ERROR, stage="flow", error=str(exc))
                 self.trouble("flow")
                 return
+            self._guard_privacy()
             d = self.dialog.last_decision
             extra = {"value": d.value} if d.value is not None else {}
             extra.update(d.detail)
@@ -449,7 +462,7 @@ class CallSession:
 
     async def _fetch(self, action: Fetch) -> None:
         self.events.emit(ev.WEBHOOK, node=action.node, url=action.url, method=action.method)
-        result = await self.services.fetch(action, self.log)
+        result = await self.services.fetch(action, self.log, self.dialog.redactor.scrub)
         self.events.emit(ev.WEBHOOK, node=action.node, status=result.status, ms=round(result.seconds * 1000),
                          **({"error": result.error} if result.error else {}))
         await self._decide(lambda: self.dialog.on_fetched(result.status, result.data, result.error), caller_input=False)
@@ -480,7 +493,7 @@ class CallSession:
         while True:
             action = await self._speak_queue.get()
             if isinstance(action, Say):
-                await self._say(action.text, action.voice)
+                await self._say(action.text, action.voice, action.private)
             elif isinstance(action, Silence):
                 await asyncio.sleep(action.ms / 1000)
             elif isinstance(action, Listen):
@@ -523,7 +536,7 @@ class CallSession:
             else:  # a new action kind nobody taught this loop: say so instead of dropping it silently
                 self.log.error("unknown_action", action=repr(action))
 
-    async def _say(self, text: str, voice=None) -> None:
+    async def _say(self, text: str, voice=None, private: bool = False) -> None:
         self._utterance += 1
         utt = self._utterance
         self._played[utt] = asyncio.Event()
@@ -531,7 +544,7 @@ class CallSession:
         voice = voice or self.flow.voice
         self.events.emit(ev.AGENT_SAY, text=text, utterance=utt, voice=voice.name)
         self.turns.agent_saying(text)
-        self._tts_task = asyncio.create_task(self._synthesise(text, utt, voice))
+        self._tts_task = asyncio.create_task(self._synthesise(text, utt, voice, private))
         try:
             await self._tts_task
         except asyncio.CancelledError:
@@ -544,25 +557,28 @@ class CallSession:
         await self._played[utt].wait()
         self._speaking_utterance = None
 
-    async def _synthesise(self, text: str, utt: int, voice) -> None:
+    async def _synthesise(self, text: str, utt: int, voice, private: bool = False) -> None:
+        """`private`: the sentence says a sensitive value in full; it is synthesised for this call
+        alone (never cached) and recorded as silence."""
         try:
-            await self._voice_into(self.tts.stream(text, voice), utt)
+            frames = self.tts.stream(text, voice, cache=False) if private else self.tts.stream(text, voice)
+            await self._voice_into(frames, utt, private)
         except Exception as exc:  # the voice raised or stalled: the backup engine says the sentence
             error = str(exc) or f"no audio within {TTS_FIRST_AUDIO_S} s"
             self.log.error("tts_failed", error=error, fallback=BACKUP_VOICE)
             self.events.emit(ev.ERROR, stage="tts", error=error)
             self.events.emit(ev.STAGE_FALLBACK, stage="tts", to=BACKUP_VOICE)
-            await self._voice_into(self.backup_tts.stream(text), utt)
+            await self._voice_into(self.backup_tts.stream(text), utt, private)
         self.bridge.end_utterance(utt)
 
-    async def _voice_into(self, frames, utt: int) -> None:
+    async def _voice_into(self, frames, utt: int, private: bool = False) -> None:
         """Queue a voice's frames for playout; TimeoutError if it stalls (first frame, or a gap)."""
         first = True
         async with contextlib.aclosing(unless_stalled(frames, TTS_FIRST_AUDIO_S, TTS_FRAME_GAP_S)) as voiced:
             async for frame in voiced:
                 if first:
                     self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
-                self.bridge.play(frame, utt, first=first)
+                self.bridge.play(frame, utt, first=first, private=private)
                 first = False
 
     @property
@@ -615,6 +631,34 @@ class CallSession:
         self.events.emit(ev.VOICEMAIL, state="saved", path=str(path) if path else None, seconds=round(seconds, 2),
                          ended_by=reason)
         await self._decide(lambda: self.dialog.on_recorded(str(path) if path else None, seconds), caller_input=False)
+
+    # ------------------------------------------------------------ sensitive values (PCI DSS)
+    def _shown(self, text: str, private: bool = False) -> str:
+        """What the caller said, as it may be stored: masked while they give a sensitive value, and
+        in a turn that began then (a caller still reading out digits after the value was taken)."""
+        if private or self._turn_private or self.dialog.collecting_sensitive:
+            return mask_spoken_digits(text)
+        return text
+
+    def _guard_privacy(self) -> None:
+        """Silence the caller's side of the recording while the flow collects a sensitive value,
+        and for PRIVATE_TAIL_S after (a keypad tone or a last word still on the line)."""
+        if self.dialog.collecting_sensitive:
+            if self._private_off is not None:
+                self._private_off.cancel()
+                self._private_off = None
+            self.bridge.private_caller = True
+        elif self.bridge.private_caller and self._private_off is None:
+            def off() -> None:
+                self._private_off = None
+                if self.dialog.collecting_sensitive:
+                    return
+                if self._turn_private and self.turns.in_speech:  # still reading digits out: wait
+                    self._private_off = asyncio.get_running_loop().call_later(PRIVATE_TAIL_S, off)
+                    return
+                self.bridge.private_caller = False
+
+            self._private_off = asyncio.get_running_loop().call_later(PRIVATE_TAIL_S, off)
 
     # ------------------------------------------------------------ supervisor
     @property
@@ -716,6 +760,9 @@ def backup_speaker():
 
 
 def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:
-    day = time.strftime("%Y-%m-%d")
-    base = Path(root) / day / call_id
-    return base.with_suffix(".wav"), base.with_suffix(".jsonl")
+    """Where a call is recorded: `<root>/<YYYY-MM-DD>/<call_id>.wav` and `.jsonl`. `call_id` is the
+    server's own id (never a caller's Call-ID, which could name another folder)."""
+    if not call_id or "/" in call_id or call_id.startswith("."):
+        raise ValueError(f"not a call id to name files by: {call_id!r}")
+    day = Path(root) / time.strftime("%Y-%m-%d")
+    return day / f"{call_id}.wav", day / f"{call_id}.jsonl"

@@ -110,6 +110,8 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     out_dir.mkdir(parents=True, exist_ok=True)
     audio = {i: read_wav(s.wav) for i, s in enumerate(steps) if s.wav}  # fail before the call starts
     loop = asyncio.get_running_loop()
+    for old in (out_dir / f"{call_id}.wav", out_dir / f"{call_id}.jsonl"):
+        old.unlink(missing_ok=True)  # a simulation run again writes afresh (live calls never reuse a name)
     recorder = StereoRecorder(out_dir / f"{call_id}.wav")
     events = CallEvents(call_id, out_dir / f"{call_id}.jsonl")
     bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0))

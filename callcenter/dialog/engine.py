@@ -17,9 +17,11 @@ from typing import Any
 from urllib.parse import quote
 
 from callcenter.dialog.digits import spoken_digits
-from callcenter.dialog.expr import parse_expr, render
+from callcenter.dialog.expr import ExprError, parse_expr, render
 from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, SayNode,
-                                    SetNode, Slot, TransferNode, VoicemailNode, WebhookNode)
+                                    SetNode, Slot, TransferNode, VoicemailNode, WebhookNode, sensitive_variables,
+                                    trusted_variables)
+from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
 from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
 from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok
 from callcenter.voice.speaker import VoiceSettings
@@ -32,6 +34,7 @@ KEYPAD_END, KEYPAD_CLEAR = "#", "*"
 class Say:
     text: str
     voice: VoiceSettings | None = None  # None: the flow's voice
+    private: bool = False  # says a sensitive value in full (a read-back): kept out of the recording and cache
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Listen:
     kind: str = "speech"  # speech | yes_no | digits: shapes turn-taking and the recognizer's hint
     digits_min: int = 0
     digits_max: int = 0
+    sensitive: bool = False  # the caller is giving a sensitive value (a card number): PCI handling
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,13 @@ class _DigitTarget:
     min_length: int
     max_length: int
     checksum: str | None = None
+    sensitive: bool = False
+
+
+def url_part(value: str) -> str:
+    """A value put into a webhook URL: every reserved character encoded, dots too, so that a
+    caller's `..` cannot climb the path and `/`, `?`, `#` or `@` cannot change where it goes."""
+    return quote(value, safe="").replace(".", "%2E")
 
 
 class Dialog:
@@ -198,6 +209,12 @@ class Dialog:
         self.variables.update(flow.variables)
         self.variables.update({name: os.environ.get(name, "") for name in flow.env})  # secrets for webhooks
         self.variables.update(variables or {})
+        self.sensitive = sensitive_variables(flow)
+        self._trusted = trusted_variables(flow)
+        self.masked: dict[str, Any] = {}  # sensitive variables' values as prompts may show them
+        self.redactor = Redactor()  # what must never be stored or sent: env secrets, sensitive values
+        for name in flow.env:
+            self.redactor.add_secret(self.variables.get(name))
         self._matchers = _matchers(flow, encoder)
         self._asks = {n: node.as_ask() for n, node in flow.nodes.items() if isinstance(node, MenuNode)}
 
@@ -207,11 +224,33 @@ class Dialog:
         node = self.flow.nodes[self.node_name]
         return self._asks.get(self.node_name, node)
 
-    def render(self, text: str) -> str:
-        return render(text, self.variables)
+    def render(self, text: str, reveal=()) -> str:
+        """A template filled for speech (or a model, or a summary): sensitive values masked unless
+        named in `reveal`."""
+        hidden = {k: v for k, v in self.masked.items() if k not in reveal}
+        return render(text, {**self.variables, **hidden} if hidden else self.variables)
 
     def _say(self, text: str, node) -> Say:
-        return Say(self.render(text), getattr(node, "voice", None))
+        reveal = [v for v in getattr(node, "reveal", None) or () if v in self.masked]
+        return Say(self.render(text, reveal), getattr(node, "voice", None), private=bool(reveal))
+
+    @property
+    def collecting_sensitive(self) -> bool:
+        """Is the caller being asked for a sensitive value right now?"""
+        if self.finished or self.waiting != "caller":
+            return False
+        target = self._digit_target(self.node)
+        return bool(target and target.sensitive) or isinstance(self.node, AskNode) and any(
+            self.node.slots[s].is_sensitive for s in self._missing_slots(self.node)[:1])
+
+    def _keep(self, name: str, value: Any) -> Any:
+        """Store a captured value; a sensitive one becomes a secret of this call. Returns what may
+        be shown of it (in events and decisions)."""
+        self.variables[name] = value
+        if name in self.sensitive and value not in (None, ""):
+            self.masked[name] = self.redactor.add_digits(value)
+            return str(self.masked[name])
+        return value
 
     def start(self) -> list[Action]:
         self.last_decision = Decision(self.flow.start, None, 1.0, "start")
@@ -238,7 +277,7 @@ class Dialog:
                 for var, source in node.compute.items():
                     try:
                         self.variables[var] = parse_expr(source).eval(self.variables)
-                    except TypeError:
+                    except (TypeError, ExprError):
                         self.variables[var] = None
                 name = node.next
                 continue
@@ -269,7 +308,7 @@ class Dialog:
                     actions.append(self._say(node.text, node))
                 to = node.to or self.flow.queues[node.queue]
                 actions.append(Transfer(to) if node.mode == "blind" else
-                               Transfer(to, "warm", self.render(node.summary), node.ring_s))
+                               Transfer(to, "warm", self.render(node.summary, node.reveal), node.ring_s))
                 self.waiting = "transfer"
                 self.finished = node.on_failure is None
             elif isinstance(node, HangupNode):
@@ -305,19 +344,23 @@ class Dialog:
                 kind = "yes_no"
             else:
                 kind = "speech"
+        sensitive = bool(target and target.sensitive) or isinstance(node, AskNode) and any(
+            node.slots[s].is_sensitive for s in self._missing_slots(node)[:1])
         return Listen(node.end_silence_ms, node.timeout_s, expect, kind,
-                      target.min_length if target else 0, target.max_length if target else 0)
+                      target.min_length if target else 0, target.max_length if target else 0, sensitive)
 
     def _digit_target(self, node) -> _DigitTarget | None:
         if not isinstance(node, AskNode):
             return None
         for name, intent in node.intents.items():
             if intent.digits is not None:
-                return _DigitTarget("intent", name, intent.digits.min_length, intent.digits.max_length)
+                return _DigitTarget("intent", name, intent.digits.min_length, intent.digits.max_length,
+                                    sensitive=intent.digits.sensitive)
         missing = self._missing_slots(node)
         if missing and node.slots[missing[0]].type == "digits":
             slot = node.slots[missing[0]]
-            return _DigitTarget("slot", missing[0], slot.min_length, slot.max_length, slot.checksum)
+            return _DigitTarget("slot", missing[0], slot.min_length, slot.max_length, slot.checksum,
+                                slot.is_sensitive)
         return None
 
     def _listening(self):
@@ -361,7 +404,7 @@ class Dialog:
         node = self._listening()
         if not text.strip():
             return self.on_no_input()
-        self.variables["last_utterance"] = text
+        self.variables["last_utterance"] = mask_spoken_digits(text) if self.collecting_sensitive else text
         if confidence < node.min_confidence:
             self.last_decision = Decision(self.node_name, None, confidence, "low_confidence")
             return self._retry(node, node.no_match, no_match=True)
@@ -376,7 +419,7 @@ class Dialog:
             filled = self._fill_slots(node, text)
             if filled:
                 self.last_decision = Decision(self.node_name, None, 1.0, "slots",
-                                              detail={k: self.variables[k] for k in filled})
+                                              detail={k: self.masked.get(k, self.variables[k]) for k in filled})
                 return self._after_slots(node)
         if own.intent is None:
             self.last_decision = Decision(self.node_name, None, own.score, "no_match")
@@ -404,7 +447,7 @@ class Dialog:
         for name in self._missing_slots(node):
             value = self._slot_value(node.slots[name], text)
             if value is not None:
-                self.variables[name] = value
+                self._keep(name, value)
                 if node.slots[name].type == "digits":
                     self.captured[name] = value
                 filled.append(name)
@@ -418,9 +461,9 @@ class Dialog:
 
     def _captured(self, node, target: _DigitTarget, value: str, via: str) -> list[Action]:
         self.captured[target.name] = value
-        self.variables[target.name] = value
+        shown = self._keep(target.name, value)
         self.last_decision = Decision(self.node_name, target.name if target.kind == "intent" else None, 1.0, via,
-                                      value)
+                                      shown)
         if target.kind == "intent":
             return self._enter(node.intents[target.name].next)
         return self._after_slots(node)
@@ -453,7 +496,8 @@ class Dialog:
         if target.min_length <= len(value) <= target.max_length and \
                 (target.checksum != "luhn" or luhn_ok(value)):
             return self._captured(node, target, value, via="keypad")
-        self.last_decision = Decision(self.node_name, None, 0.0, "no_match", value)
+        self.last_decision = Decision(self.node_name, None, 0.0, "no_match",
+                                      str(mask_digits(value)) if target.sensitive else value)
         return self._retry(node, node.no_match, no_match=True)
 
     @property
@@ -490,7 +534,7 @@ class Dialog:
 
     # ------------------------------------------------------------ webhooks
     def _fetch(self, name: str, node: WebhookNode) -> Fetch:
-        url = render(node.url, self.variables, encode=lambda v: quote(v, safe=""))
+        url = render(node.url, self.variables, encode=url_part, raw=self._trusted)
         body = {k: self.render(v) if isinstance(v, str) else v for k, v in node.body.items()}
         headers = {k: self.render(v) for k, v in node.headers.items()}
         return Fetch(name, node.method, url, headers, body if node.method == "POST" else None, node.timeout_s)
@@ -517,7 +561,7 @@ class Dialog:
     # ------------------------------------------------------------ LLM
     def _think(self, node: LlmNode, text: str) -> list[Action]:
         request = LlmRequest(
-            node=self.node_name, provider=node.provider, instructions=self.render(node.instructions),
+            node=self.node_name, provider=node.provider, instructions=self.render(node.instructions, node.reveal),
             knowledge=node.knowledge, choices={n: (c.description, tuple(c.examples)) for n, c in node.choices.items()},
             slots=node.slots, tools=node.tools, history=tuple(self.llm_history), utterance=text,
             time_budget_s=node.time_budget_s, fallback=node.fallback)
@@ -552,7 +596,7 @@ class Dialog:
             if value is None:
                 rejected.append(f"slot {name!r}: {raw!r} is not a {slot.type}")
                 continue
-            slots[name] = self.variables[name] = value
+            slots[name] = self._keep(name, value)
         detail = {"slots": slots, **({"rejected": rejected} if rejected else {})}
         if reply.text:
             self.llm_history.append(("agent", reply.text))

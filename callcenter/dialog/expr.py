@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from callcenter.dialog.redact import Masked
+
 TRUE_WORDS = {"true": True, "false": False, "none": None, "null": None}
 FILTERS = ("digits", "upper", "lower")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
@@ -27,6 +29,10 @@ _COMPARE = {
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+MAX_SOURCE_CHARS = 2000
+MAX_DEPTH = 60  # syntax-tree depth: far beyond any real condition, well within Python's recursion limit
 
 
 class ExprError(ValueError):
@@ -42,12 +48,19 @@ class Expr:
     names: frozenset[str]
 
     def eval(self, variables: dict[str, Any]) -> Any:
-        return _eval(self.tree.body, variables)
+        """The value; TypeError for values of the wrong kind (a missing value compared with a number),
+        ExprError for anything else that goes wrong (a number too large for a float)."""
+        try:
+            return _eval(self.tree.body, variables)
+        except (OverflowError, ZeroDivisionError) as exc:
+            raise ExprError(f"{self.source!r}: {exc}") from None
+        except (RecursionError, MemoryError):
+            raise ExprError(f"{self.source!r}: too deeply nested") from None
 
     def truth(self, variables: dict[str, Any]) -> bool:
         try:
             return bool(self.eval(variables))
-        except TypeError:  # comparing a missing (None) value with a number: not true
+        except (TypeError, ExprError):  # comparing a missing (None) value with a number: not true
             return False
 
 
@@ -56,10 +69,16 @@ def parse_expr(source: str) -> Expr:
     text = str(source).strip()
     if not text:
         raise ExprError("empty expression")
+    if len(text) > MAX_SOURCE_CHARS:
+        raise ExprError(f"expression longer than {MAX_SOURCE_CHARS} characters")
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {text!r}: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"{text[:40]!r}...: too deeply nested") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExprError(f"{text[:40]!r}...: nested more than {MAX_DEPTH} deep")
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
@@ -76,6 +95,15 @@ def parse_expr(source: str) -> Expr:
         raise ExprError(f"{text!r}: {what} is not allowed (only comparisons, and/or/not, in, + - *, "
                         f"numbers, strings, lists and variable names)")
     return Expr(text, tree, frozenset(names))
+
+
+def _depth(tree: ast.AST) -> int:
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _eval(node: ast.AST, v: dict[str, Any]) -> Any:
@@ -167,9 +195,10 @@ def template_names(text: str) -> list[Placeholder]:
     return out
 
 
-def render(text: str, variables: dict[str, Any], encode=None) -> str:
+def render(text: str, variables: dict[str, Any], encode=None, raw: frozenset[str] | set[str] = frozenset()) -> str:
     """Fill a template. A variable with no value reads as nothing. `encode` (URL quoting) applies to
-    every value except one the template starts with (a base URL kept in a variable)."""
+    every value except one the template starts with whose name is in `raw` (a base URL kept in a
+    variable the flow's author sets)."""
 
     def sub(m: re.Match) -> str:
         token = m.group(0)
@@ -179,15 +208,18 @@ def render(text: str, variables: dict[str, Any], encode=None) -> str:
             return token
         name, _, filt = m.group(1).strip().partition("|")
         value = variables.get(name.strip())
-        text = "" if value is None else _spoken(value)
         filt = filt.strip()
+        if isinstance(value, Masked):  # a sensitive value this prompt may not say in full
+            text = " ".join(value.last) if filt == "digits" else f"ending in {' '.join(value.last)}"
+            return encode(text) if encode else text
+        text = "" if value is None else _spoken(value)
         if filt == "digits":
             text = " ".join(ch for ch in text if ch.isalnum())
         elif filt == "upper":
             text = text.upper()
         elif filt == "lower":
             text = text.lower()
-        return encode(text) if encode and m.start() > 0 else text
+        return encode(text) if encode and (m.start() > 0 or name.strip() not in raw) else text
 
     filled = _PLACEHOLDER.sub(sub, text)
     return filled.strip() if encode else " ".join(filled.split())

@@ -49,6 +49,10 @@ def _as_voice(v):
 class _Speaks(_Strict):
     """A node that says something, in the flow's voice unless it names its own."""
     voice: VoiceSettings | None = VoiceField
+    reveal: list[str] = Field(default_factory=list, description=(
+        "Sensitive variables (a card number) this node may say in full, e.g. to read it back. Elsewhere "
+        "a sensitive value is spoken masked ('ending in 1111'). Either way it is masked in the events, "
+        "transcripts and logs, and the agent's voice is left out of the recording while it is said."))
 
     @field_validator("voice", mode="before")
     @classmethod
@@ -68,9 +72,16 @@ def _uri(v: str | None) -> str | None:
     return v
 
 
+SENSITIVE_DESCRIPTION = ("The value is sensitive (a card number, PCI DSS): masked in events, transcripts, "
+                         "logs and the console (************1111), its keypad digits not logged one by one, and "
+                         "the caller's side of the recording silenced while it is given. The flow can still "
+                         "send it to a webhook, or read it back where a node names it in `reveal`.")
+
+
 class DigitString(_Strict):
     min_length: int = Field(1, ge=1, le=32)
     max_length: int = Field(16, ge=1, le=32)
+    sensitive: bool = Field(False, description=SENSITIVE_DESCRIPTION)
 
 
 class Intent(_Strict):
@@ -96,6 +107,11 @@ class Slot(_Strict):
     checksum: Literal["luhn"] | None = Field(None, description="digits: a check the digits must pass")
     min: float | None = Field(None, description="number: smallest accepted")
     max: float | None = Field(None, description="number: largest accepted")
+    sensitive: bool | None = Field(None, description=SENSITIVE_DESCRIPTION + " Default: on for checksum: luhn.")
+
+    @property
+    def is_sensitive(self) -> bool:
+        return self.sensitive if self.sensitive is not None else self.checksum == "luhn"
 
     def spec(self) -> dict:
         return {"min_length": self.min_length, "max_length": self.max_length, "checksum": self.checksum,
@@ -433,6 +449,48 @@ def defined_variables(flow: Flow) -> set[str]:
     return names
 
 
+def sensitive_variables(flow: Flow) -> set[str]:
+    """The variables that hold sensitive values: `sensitive` slots (luhn ones by default) and digit
+    intents."""
+    names: set[str] = set()
+    for node in flow.nodes.values():
+        if isinstance(node, AskNode):
+            names |= {n for n, slot in node.slots.items() if slot.is_sensitive}
+            names |= {n for n, intent in node.intents.items() if intent.digits and intent.digits.sensitive}
+        elif isinstance(node, LlmNode):
+            names |= {n for n, slot in node.slots.items() if slot.is_sensitive}
+    return names
+
+
+def trusted_variables(flow: Flow) -> set[str]:
+    """Variables only the flow's author sets (declared `variables` and `env`, and never the target of
+    a slot, capture, webhook save or set node): the only ones a webhook URL may take its scheme and
+    host from. A value a caller filled in must never choose where a request goes."""
+    written: set[str] = set()
+    for node in flow.nodes.values():
+        if isinstance(node, (AskNode, LlmNode)):
+            written |= set(node.slots)
+        if isinstance(node, AskNode):
+            written |= set(node.intents)
+        elif isinstance(node, SetNode):
+            written |= set(node.values) | set(node.compute)
+        elif isinstance(node, WebhookNode):
+            written |= set(node.save)
+    return (set(flow.variables) | set(flow.env)) - written
+
+
+def url_authority_names(url: str) -> list[str]:
+    """The placeholders of a URL template that stand in its scheme or host part (before the first
+    `/` of the path): `{base}/x` → [base], `http://{host}/x` → [host]."""
+    start = url.find("://")
+    cut = url.find("/", start + 3 if start >= 0 else 0)
+    head = url if cut < 0 else url[:cut]
+    try:
+        return [ph.name for ph in template_names(head)]
+    except ExprError:
+        return []
+
+
 def _templates(node) -> list[tuple[tuple, str]]:
     out: list[tuple[tuple, str]] = []
     for key in ("text", "prompt", "no_match", "no_input", "url", "say", "fallback", "summary"):
@@ -532,6 +590,8 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
     if to is not None and to not in flow.queues and not re.match(r"^(sips?|tel):", to):
         problems.append((("trouble", "transfer_to"), f"{to!r} is neither a SIP URI nor one of the flow's queues"))
     known = defined_variables(flow)
+    sensitive = sensitive_variables(flow)
+    trusted = trusted_variables(flow)
     for name, node in flow.nodes.items():
         if getattr(node, "voice", None) is not None and (problem := voice_problem(node.voice.name)):
             problems.append((("nodes", name, "voice"), problem))
@@ -551,6 +611,15 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
                     problems.append((("nodes", name) + sub, f"unknown variable {var!r} in condition {source!r}"))
             except ExprError as exc:
                 problems.append((("nodes", name) + sub, str(exc)))
+        for i, var in enumerate(getattr(node, "reveal", None) or []):
+            if var not in sensitive:
+                problems.append((("nodes", name, "reveal", i), f"{var!r} is not a sensitive slot or digit intent"))
+        if isinstance(node, WebhookNode):
+            for var in url_authority_names(node.url):
+                if var not in trusted:
+                    problems.append((("nodes", name, "url"),
+                                     f"{{{var}}} stands in the URL's scheme or host, but callers or the flow can "
+                                     f"set it: only a declared variable or env value may choose the host"))
         if isinstance(node, AskNode):
             _check_ask(name, node, problems)
         elif isinstance(node, MenuNode):

@@ -23,6 +23,25 @@ from callcenter.dialog.llm import LlmProvider, SentenceStream, make_provider
 log = structlog.get_logger()
 
 MAX_REPLY_BYTES = 1_000_000
+MAX_REDIRECTS = 3
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class WebhookRefused(Exception):
+    """A reply the agent will not take: a redirect to another host, an oversized body."""
+
+
+async def _read_limited(content, limit: int) -> bytes:
+    """The whole body, however many chunks it comes in; WebhookRefused past `limit` bytes."""
+    chunks, size = [], 0
+    while True:
+        chunk = await content.read(limit + 1 - size)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise WebhookRefused(f"reply larger than {limit} bytes")
 
 
 @dataclass
@@ -51,29 +70,49 @@ class FlowServices:
             self.providers[name] = make_provider(self.flow.llm[name])
         return self.providers[name]
 
-    async def fetch(self, action: Fetch, bound_log=log) -> Fetched:
+    async def fetch(self, action: Fetch, bound_log=log, scrub: Callable[[Any], Any] = lambda x: x) -> Fetched:
+        """Make the webhook's request. Redirects are followed only within the same origin (scheme,
+        host, port): the flow's secret headers never travel to a host the flow did not name. `scrub`
+        takes the call's secrets out of what is logged."""
         import aiohttp
+        import yarl
 
         t0 = time.monotonic()
         try:
             timeout = aiohttp.ClientTimeout(total=action.timeout_s)
+            url = yarl.URL(action.url, encoded=True)  # already encoded: a caller's %2E%2E stays as it is
             async with aiohttp.ClientSession(timeout=timeout) as http:
-                async with http.request(action.method, action.url, headers=action.headers,
-                                        json=action.body) as response:
-                    raw = await response.content.read(MAX_REPLY_BYTES)
-                    status = response.status
+                for _ in range(MAX_REDIRECTS + 1):
+                    async with http.request(action.method, url, headers=action.headers, json=action.body,
+                                            allow_redirects=False) as response:
+                        status = response.status
+                        location = response.headers.get("Location")
+                        if status in REDIRECTS and location:
+                            target = url.join(yarl.URL(location))
+                            if target.origin() != url.origin():
+                                raise WebhookRefused(f"HTTP {status} redirect to another host "
+                                                     f"({target.origin()}) not followed")
+                            url = target
+                            continue
+                        raw = await _read_limited(response.content, MAX_REPLY_BYTES)
+                        break
+                else:
+                    raise WebhookRefused(f"more than {MAX_REDIRECTS} redirects")
             try:
                 data = json.loads(raw.decode("utf-8")) if raw else None
                 error = None
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 data, error = None, f"HTTP {status} with a reply that is not JSON"
         except asyncio.TimeoutError:
             status, data, error = None, None, f"no reply within {action.timeout_s} s"
+        except WebhookRefused as exc:
+            data, error = None, str(exc)
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             status, data, error = None, None, f"{type(exc).__name__}: {exc}"
         seconds = time.monotonic() - t0
         if error:
-            bound_log.warning("webhook_failed", node=action.node, url=action.url, error=error)
+            error = scrub(error)
+            bound_log.warning("webhook_failed", node=action.node, url=scrub(action.url), error=error)
         return Fetched(status, data, error, seconds)
 
     async def think(self, action: Think, on_sentence: Callable[[str], Any], bound_log=log) -> Thought:

@@ -1,7 +1,9 @@
 """The control and event API of an agent server, for the supervisor's console and other tools.
 
 aiohttp, on loopback by default, every request authenticated with a bearer token
-(`Authorization: Bearer T`, or `?token=T` for WebSocket clients that cannot set headers).
+(`Authorization: Bearer T`; `?token=T` only on the WebSocket, for clients that cannot set headers).
+A browser may open the WebSocket only from a page in `control.allowed_origins`. Bound to any other
+address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the server says so loudly).
 
 - `GET  /api/calls` — the live calls: caller, flow and node, state, duration, last intent, levels.
 - `GET  /api/events` (WebSocket) — first `{"type": "hello", "calls": [...], "history": {call_id: [events]}}`,
@@ -41,6 +43,7 @@ CLIENT_QUEUE = 5000  # messages a WebSocket client may fall behind before its ol
 TABLE_EVERY_S = 1.0
 MAX_SAY_CHARS = 500
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+EVENTS_PATH = "/api/events"
 ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark")
 
 
@@ -99,7 +102,7 @@ class ControlApi:
     async def start(self) -> str:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024)
         app.router.add_get("/api/calls", self._calls)
-        app.router.add_get("/api/events", self._events)
+        app.router.add_get(EVENTS_PATH, self._events)
         app.router.add_post("/api/calls/{call_id}/{action}", self._action)
         app.router.add_get("/api/flows", self._flows)
         app.router.add_get("/api/recordings", self._recordings)
@@ -112,6 +115,11 @@ class ControlApi:
         self.url = f"http://{self.control.host}:{port}"
         self._table = asyncio.create_task(self._send_table())
         log.info("control_listening", url=self.url)
+        if not _loopback(self.control.host):
+            log.warning("control_not_loopback", url=self.url,
+                        warning="the control API is served over plain HTTP on a non-loopback address: its "
+                                "token and every call's events cross the network unencrypted. Put a TLS "
+                                "reverse proxy in front and firewall this port.")
         return self.url
 
     async def stop(self) -> None:
@@ -140,10 +148,17 @@ class ControlApi:
     @web.middleware
     async def _auth(self, request: web.Request, handler):
         given = request.headers.get("Authorization", "")
-        token = given[7:] if given.startswith("Bearer ") else request.query.get("token", "")
+        token = given[7:] if given.startswith("Bearer ") else ""
+        if not token and request.path == EVENTS_PATH:  # only there: a query string ends up in logs
+            token = request.query.get("token", "")
         if not token or not hmac.compare_digest(token.encode(), self._token.encode()):
             log.warning("control_unauthorized", path=request.path, remote=request.remote)
             return web.json_response({"error": "missing or wrong token"}, status=401)
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in self.control.allowed_origins:
+            # a web page's script (cross-site WebSocket hijacking); tools send no Origin
+            log.warning("control_origin_refused", path=request.path, origin=origin[:100], remote=request.remote)
+            return web.json_response({"error": f"Origin {origin[:100]!r} is not allowed"}, status=403)
         return await handler(request)
 
     # ------------------------------------------------------------ calls
@@ -193,6 +208,9 @@ class ControlApi:
                 raise ValueError("the body must be a JSON object")
         except ValueError as exc:
             return web.json_response({"error": f"bad JSON body: {exc}"}, status=400)
+        except RecursionError:
+            return web.json_response({"error": "bad JSON body: nested too deeply"}, status=400)
+        body = {k: _clean(v) for k, v in body.items()}
         session = live.session
         if action == "say":
             text = str(body.get("text", "")).strip()
@@ -232,25 +250,54 @@ class ControlApi:
             limit = max(1, min(1000, int(request.query.get("limit", "100"))))
         except ValueError:
             return web.json_response({"error": "limit must be a number"}, status=400)
-        files = sorted(self.recordings.glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+        files = [p for p in self.recordings.glob("*/*.jsonl") if not p.is_symlink() and not p.parent.is_symlink()]
+        files = sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
         return web.json_response({"recordings": [recording_summary(p) for p in files]})
 
     async def _recording(self, request: web.Request) -> web.StreamResponse:
         day, name = request.match_info["day"], request.match_info["name"]
-        if not _NAME.match(day) or not _NAME.match(name) or name.startswith("."):
+        if not _NAME.match(day) or not _NAME.match(name) or name.startswith(".") or day.startswith("."):
             return web.json_response({"error": "bad recording name"}, status=400)
-        base = self.recordings / day
-        if name.endswith(".wav"):
-            path = base / name
-            if not path.is_file():
-                return web.json_response({"error": "no such recording"}, status=404)
-            return web.FileResponse(path)
-        path = base / f"{name}.jsonl"
-        if not path.is_file():
+        path = _plain_file(self.recordings, day, name if name.endswith(".wav") else f"{name}.jsonl")
+        if path is None:
             return web.json_response({"error": "no such recording"}, status=404)
+        if name.endswith(".wav"):
+            return web.FileResponse(path)
         from callcenter.call.events import read_events
 
         return web.json_response({"summary": recording_summary(path), "events": read_events(path)})
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _clean(value: Any) -> Any:
+    """Text from a client as it may be logged: lone surrogates (invalid in UTF-8) replaced."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def _plain_file(root: Path, day: str, name: str) -> Path | None:
+    """`root/day/name` if it is a plain file right there: not a link (nor in a linked folder), and
+    never outside `root` (`..` in any spelling)."""
+    import stat
+
+    folder, path = root / day, root / day / name
+    try:
+        if stat.S_ISLNK(folder.lstat().st_mode) or not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        if path.resolve().parent != root.resolve() / day:
+            return None
+    except OSError:
+        return None
+    return path
 
 
 def call_row(live) -> dict[str, Any]:

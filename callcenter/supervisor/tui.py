@@ -533,14 +533,22 @@ def _meter(db: float) -> Text:
     return Text("▮" * filled + "▯" * (4 - filled), style="green" if filled < 4 else "red")
 
 
-def run_tui(urls: list[str], token: str | None, recordings: Path = Path("recordings")) -> int:
+def run_tui(urls: list[str], token_file: str | Path | None, recordings: Path = Path("recordings")) -> int:
+    """`token_file`, else $CALLCENTER_TOKEN, else the server's recordings/.control-token: the token
+    is never an argument, which every user of the machine could read in `ps`."""
     import os
 
-    token = token or os.environ.get("CALLCENTER_TOKEN", "")
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the token file: {exc}") from None
+    else:
+        token = os.environ.get("CALLCENTER_TOKEN", "")
     if not token and (recordings / ".control-token").exists():
         token = (recordings / ".control-token").read_text().strip()
     if not token:
-        raise ValueError("no API token: pass --token, set CALLCENTER_TOKEN, or run next to the server's "
+        raise ValueError("no API token: pass --token-file, set CALLCENTER_TOKEN, or run next to the server's "
                          "recordings/.control-token")
     SupervisorApp([Server(u, token) for u in urls]).run()
     return 0

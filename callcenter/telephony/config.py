@@ -59,6 +59,16 @@ class Registration(_Strict):
         return value
 
 
+def networks(v: list[str]) -> list[str]:
+    """Check a list of addresses or networks (CIDR)."""
+    for net in v:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ValueError(f"{net!r} is not an address or network (10.0.0.0/8, 192.0.2.7)") from None
+    return v
+
+
 class Control(_Strict):
     """The supervisor's control and event API (HTTP + WebSocket) on the agent server."""
     host: str = Field("127.0.0.1", description="bind address; loopback by default")
@@ -66,6 +76,10 @@ class Control(_Strict):
     token_env: str = Field("CALLCENTER_TOKEN", description="environment variable holding the API token; "
                                                             "when it is unset, a random token is written to "
                                                             "<recordings>/.control-token (mode 600)")
+    allowed_origins: list[str] = Field(default_factory=list,
+                                       description="web pages (https://console.example.com) whose scripts may "
+                                                   "open the event WebSocket; a browser's request from any other "
+                                                   "Origin is refused. Tools that send no Origin are not affected.")
 
     _ip = field_validator("host")(Listen._ip.__func__)
 
@@ -82,6 +96,14 @@ class WebRtc(_Strict):
                                   description="addresses offered for media (ICE host candidates); empty: "
                                               "every interface's address except loopback")
     stun_servers: list[str] = Field(default_factory=list, description="e.g. stun:stun.example.com:3478")
+    peer_networks: list[str] = Field(default_factory=list,
+                                     description="networks (CIDR) a browser's media may come from besides the "
+                                                 "address that sent the offer (browsers behind a proxy or NAT). "
+                                                 "Candidates elsewhere are dropped: an offer cannot make the agent "
+                                                 "send STUN to an address of the offerer's choosing.")
+    connect_timeout_s: float = Field(8.0, gt=0, le=60,
+                                     description="an answered offer that has not connected (ICE + DTLS) by then is "
+                                                 "dropped, and its call slot freed")
 
     _ip = field_validator("host")(Listen._ip.__func__)
 
@@ -91,6 +113,11 @@ class WebRtc(_Strict):
         for a in v:
             Listen._ip.__func__(cls, a)
         return v
+
+    @field_validator("peer_networks")
+    @classmethod
+    def _peer_networks(cls, v: list[str]) -> list[str]:
+        return networks(v)
 
 
 class SipConfig(_Strict):
@@ -117,6 +144,9 @@ class SipConfig(_Strict):
                                description="most malloc arenas the process may use (glibc's "
                                            "MALLOC_ARENA_MAX); 0: glibc's default of 8 per core. A "
                                            "cap of 2 made late frames 2.4x as common at 12 calls")
+    retention_days: float | None = Field(None, gt=0, le=36500,
+                                         description="delete recordings, transcripts and voicemail older than "
+                                                     "this many days, at start and once a day; absent: keep all")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")
@@ -124,12 +154,7 @@ class SipConfig(_Strict):
     @field_validator("acl")
     @classmethod
     def _networks(cls, v: list[str]) -> list[str]:
-        for net in v:
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except ValueError:
-                raise ValueError(f"acl: {net!r} is not an address or network (10.0.0.0/8, 192.0.2.7)") from None
-        return v
+        return networks(v)
 
     def allows(self, source: str) -> bool:
         """Is a request from `source` ("203.0.113.5:5060", "[2001:db8::1]:5060") allowed?"""

@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 
 DISPATCHER_SET = 1
+PIKE_DENSITY = 40  # requests per PIKE_UNIT_S from one address (not a worker) before it is blocked
+PIKE_UNIT_S = 2
 NO_ANSWER_MS = 2000  # a worker that has not answered an INVITE (not even 100 Trying) by then is skipped
 MODULE_DIRS = ("/usr/lib/x86_64-linux-gnu/kamailio/modules", "/usr/lib/aarch64-linux-gnu/kamailio/modules",
                "/usr/lib/kamailio/modules", "/usr/local/lib64/kamailio/modules")
@@ -42,6 +44,8 @@ loadmodule "siputils.so"
 loadmodule "xlog.so"
 loadmodule "sanity.so"
 loadmodule "dispatcher.so"
+loadmodule "dialog.so"
+loadmodule "pike.so"
 {auth_modules}
 modparam("tm", "fr_timer", {no_answer_ms})
 modparam("tm", "fr_inv_timer", 60000)
@@ -52,6 +56,13 @@ modparam("dispatcher", "ds_probing_mode", 1)
 modparam("dispatcher", "ds_probing_threshold", 1)
 modparam("dispatcher", "ds_inactive_threshold", 1)
 modparam("dispatcher", "ds_ping_from", "sip:balancer@{listen}")
+# every call Kamailio sets up is a tracked dialog; in-dialog requests must belong to one of them
+modparam("dialog", "dlg_match_mode", 1)
+modparam("dialog", "default_timeout", 43200)
+# requests per source address: more than {pike_density} in {pike_unit} s blocks that address for a while
+modparam("pike", "sampling_time_unit", {pike_unit})
+modparam("pike", "reqs_density_per_unit", {pike_density})
+modparam("pike", "remove_latency", 4)
 
 request_route {{
     if (!mf_process_maxfwd_header("10")) {{
@@ -62,9 +73,26 @@ request_route {{
         xlog("L_WARN", "malformed request from $si:$sp dropped\\n");
         exit;
     }}
+    if (!ds_is_from_list("{dset}") && !pike_check_req()) {{
+        # a flood from one address (the workers themselves are never limited): dropped unanswered
+        xlog("L_WARN", "rate limit: $rm from $si:$sp dropped\n");
+        exit;
+    }}
     if (has_totag()) {{
-        # in-dialog requests (ACK, BYE, re-INVITE) follow the Record-Route to the call's worker
+        # in-dialog requests (ACK, BYE, re-INVITE) follow the Record-Route to the call's worker, but
+        # only within a dialog this balancer set up itself, and only between its caller and a
+        # worker: a made-up To-tag and Route must not turn Kamailio into an open relay
+        if (!is_known_dlg()) {{
+            xlog("L_WARN", "in-dialog $rm from $si:$sp to $ru matches no dialog of ours: refused\n");
+            if (!is_method("ACK")) sl_send_reply("403", "Forbidden");
+            exit;
+        }}
         if (loose_route()) {{
+            if (!ds_is_from_list("{dset}") && !ds_is_from_list("{dset}", "2", "$ru")) {{
+                xlog("L_WARN", "in-dialog $rm from $si:$sp to $ru: neither side is a worker, refused\n");
+                if (!is_method("ACK")) sl_send_reply("403", "Forbidden");
+                exit;
+            }}
             t_relay();
             exit;
         }}
@@ -88,6 +116,7 @@ request_route {{
         exit;
     }}
 {auth_block}    t_check_trans();
+    if (is_method("INVITE")) dlg_manage();
     record_route();
     if (!ds_select_dst("{dset}", "4")) {{   # 4: round-robin over the workers that are up
         sl_send_reply("503", "No agent available");
@@ -125,7 +154,19 @@ modparam("htable", "htable", "callers=>size=8;")
 """
 
 AUTH_BLOCK = """    if (is_method("INVITE")) {{
-        # digest authentication of callers: challenge, refuse wrong credentials, consume good ones
+        # digest authentication of callers: challenge, refuse unknown users and wrong credentials,
+        # consume good ones
+        if (!is_present_hf("Proxy-Authorization") || $au == $null || $au == "") {{
+            auth_challenge("{realm}", "0");
+            exit;
+        }}
+        if ($sht(callers=>$au) == $null) {{
+            # an unknown user must never reach pv_auth_check: $null stored in a $var is the integer 0,
+            # so the password "0" would pass
+            xlog("L_WARN", "authentication failed for unknown user '$au' from $si:$sp\n");
+            sl_send_reply("403", "Forbidden");
+            exit;
+        }}
         $var(password) = $sht(callers=>$au);
         $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
         if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{   # none yet, stale or foreign nonce
@@ -169,9 +210,11 @@ def callers_from_env(specs: list[str]) -> dict[str, str]:
 
 
 def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4,
-                          callers: dict[str, str] | None = None, realm: str = "callcenter") -> Path:
+                          callers: dict[str, str] | None = None, realm: str = "callcenter",
+                          pike_density: int = PIKE_DENSITY, pike_unit_s: int = PIKE_UNIT_S) -> Path:
     """`workers`: SIP URIs (sip:127.0.0.1:5070); `callers`: user → password for digest
-    authentication of INVITEs (none: no authentication). Returns the path of kamailio.cfg."""
+    authentication of INVITEs (none: no authentication); `pike_density`: requests one source
+    address may send per `pike_unit_s` seconds before it is blocked. Returns the path of kamailio.cfg."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dispatcher = out / "dispatcher.list"
@@ -180,7 +223,7 @@ def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], 
         for i, uri in enumerate(workers)))
     cfg = out / "kamailio.cfg"
     text = CONFIG.format(children=children, listen=listen, mpath=module_dir(),
-                         no_answer_ms=NO_ANSWER_MS, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
+                         no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
                          auth_modules=AUTH_MODULES if callers else "",
                          auth_block=AUTH_BLOCK.format(realm=realm) if callers else "",
                          auth_events=_auth_events(callers) if callers else "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import ctypes
+import ipaddress
 import queue
 import threading
 import time
@@ -33,6 +34,7 @@ PORT_REST_S = 2.0  # a finished call's conference port rests this long before th
 CODEC_IDS = {"PCMU": "PCMU/8000/1", "PCMA": "PCMA/8000/1"}
 SIP_BUSY_HERE = 486
 SIP_FORBIDDEN = 403
+SIP_LOOP_DETECTED = 482  # RFC 3261 8.2.2.2: a request merged with one we already have
 SIP_RINGING = 180
 SIP_OK = 200
 TRANSFER_WAIT_S = 5.0
@@ -40,6 +42,101 @@ TRANSFER_WAIT_S = 5.0
 
 class SipError(RuntimeError):
     pass
+
+
+_PJSIP = None
+
+
+def _pjsip():
+    """pjsip's own C functions that pjsua2 does not wrap, from the extension module's library."""
+    global _PJSIP
+    if _PJSIP is None:
+        lib = ctypes.CDLL(pj._pjsua2.__file__)
+        for name in ("pjsip_tsx_get_dlg", "pjsip_dlg_get_inv_session"):
+            getattr(lib, name).restype = ctypes.c_void_p
+            getattr(lib, name).argtypes = [ctypes.c_void_p]
+        lib.pjsip_inv_terminate.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        lib.pjsip_inv_terminate.restype = ctypes.c_int
+        _PJSIP = lib
+    return _PJSIP
+
+
+def invite_session_of(tsx) -> int | None:
+    """The INVITE session (pjsip_inv_session *) of a call, from one of its transactions
+    (pjsua2's SipTransaction), while pjsua holds it."""
+    try:
+        lib = _pjsip()
+        dlg = lib.pjsip_tsx_get_dlg(int(tsx.pjTransaction))
+        return lib.pjsip_dlg_get_inv_session(dlg) if dlg else None
+    except (AttributeError, OSError, TypeError, ValueError):
+        return None
+
+
+# Where pjsip keeps a received request's raw text and its source address inside pjsip_rx_data
+# (pjsip 2.15, x86-64, PJSIP_MAX_PKT_LEN 4000, as in the pjsua2-python wheel; measured, and checked
+# on every request: a layout that does not match turns the filter off instead of misreading memory).
+RDATA_PACKET = 320
+RDATA_SRC_FAMILY = 4336
+RDATA_SRC_NAME = 4368
+ADDRESS_FAMILIES = (2, 10)  # AF_INET, AF_INET6
+FILTER_PRIORITY = 10  # after the transport layer (8), ahead of transactions (16) and pjsua's own modules
+_ON_RX_REQUEST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class _PjsipModule(ctypes.Structure):
+    _fields_ = [("prev", ctypes.c_void_p), ("next", ctypes.c_void_p), ("name", ctypes.c_char_p),
+                ("name_len", ctypes.c_ssize_t), ("id", ctypes.c_int), ("priority", ctypes.c_int),
+                ("load", ctypes.c_void_p), ("start", ctypes.c_void_p), ("stop", ctypes.c_void_p),
+                ("unload", ctypes.c_void_p), ("on_rx_request", _ON_RX_REQUEST), ("on_rx_response", ctypes.c_void_p),
+                ("on_tx_request", ctypes.c_void_p), ("on_tx_response", ctypes.c_void_p),
+                ("on_tsx_state", ctypes.c_void_p)]
+
+
+class AclFilter:
+    """The ACL for every request, not only INVITE: pjsua answers OPTIONS and MESSAGE with 200 by
+    itself, whoever sends them. A pjsip module ahead of pjsua's answers requests from outside the
+    ACL with 403 (an ACK is dropped). INVITEs pass on to `SipEndpoint._incoming`, which refuses and
+    logs them itself."""
+
+    NAME = b"mod-callcenter-acl"
+
+    def __init__(self, allows: Callable[[str], bool]):
+        self.allows = allows
+        self.enabled = True
+        lib = _pjsip()
+        lib.pjsua_get_pjsip_endpt.restype = ctypes.c_void_p
+        lib.pjsip_endpt_register_module.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.pjsip_endpt_respond_stateless.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._lib = lib
+        self._endpt = lib.pjsua_get_pjsip_endpt()
+        self._callback = _ON_RX_REQUEST(self._on_rx_request)  # kept: pjsip holds only the pointer
+        self.module = _PjsipModule(name=self.NAME, name_len=len(self.NAME), id=-1, priority=FILTER_PRIORITY,
+                                   on_rx_request=self._callback)
+        status = lib.pjsip_endpt_register_module(self._endpt, ctypes.byref(self.module))
+        if status != 0:
+            raise SipError(f"cannot install the ACL filter (pjsip status {status})")
+
+    def _on_rx_request(self, rdata: int) -> int:
+        if not self.enabled:
+            return 0
+        try:
+            family = ctypes.c_uint16.from_address(rdata + RDATA_SRC_FAMILY).value
+            name = ctypes.string_at(rdata + RDATA_SRC_NAME, 46).split(b"\0", 1)[0].decode("ascii")
+            method = ctypes.string_at(rdata + RDATA_PACKET, 24).split(b" ", 1)[0]
+            if family not in ADDRESS_FAMILIES or not method.isalpha() or not method.isupper():
+                raise ValueError(f"unexpected pjsip_rx_data layout (family {family}, method {method[:16]!r})")
+            ipaddress.ip_address(name)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.enabled = False
+            log.error("acl_filter_disabled", error=str(exc))
+            return 0
+        if method == b"INVITE" or self.allows(f"{name}:0" if ":" not in name else f"[{name}]:0"):
+            return 0
+        if method != b"ACK":
+            self._lib.pjsip_endpt_respond_stateless(self._endpt, rdata, SIP_FORBIDDEN, None, None, None)
+        log.warning("sip_request_rejected", reason="acl", method=method.decode(), source=name)
+        return 1
 
 
 def _vector_address(vec) -> int:
@@ -112,6 +209,7 @@ class SipCall(pj.Call):
         self.info: CallInfo | None = None
         self.confirmed = False
         self.disconnected = False
+        self.invite_session: int | None = None  # pjsip's INVITE session, for terminate_unanswered()
 
     def _notify(self, name: str, *args) -> None:
         if self.listener is not None:
@@ -121,11 +219,16 @@ class SipCall(pj.Call):
 
     def onCallState(self, prm):  # noqa: N802
         ci = self.getInfo()
+        if ci.state == pj.PJSIP_INV_STATE_CONNECTING and self.invite_session is None \
+                and prm.e.type == pj.PJSIP_EVENT_TSX_STATE:  # our 200 OK is out: ACK awaited
+            self.invite_session = invite_session_of(prm.e.body.tsxState.tsx)
         if ci.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.confirmed:
             self.confirmed = True
+            self.invite_session = None
             self._notify("on_confirmed")
         elif ci.state == pj.PJSIP_INV_STATE_DISCONNECTED and not self.disconnected:
             self.disconnected = True
+            self.invite_session = None
             # pjsua frees this call's slot now and gives it to the next call. The C++ Call
             # destructor, run whenever Python drops this object, clears the user data of its slot
             # number — by then the *next* call's — and that call loses its callbacks (no BYE
@@ -174,6 +277,16 @@ class SipCall(pj.Call):
         op = pj.CallOpParam(True)
         self.hangup(op)
 
+    def terminate_unanswered(self) -> None:
+        """Our 200 OK was never ACKed. A hang-up cannot send BYE before the ACK, and pjsua keeps the
+        call slot until the transaction times out (64 s): end the INVITE session at once instead."""
+        if self.disconnected or self.confirmed:
+            return
+        if self.invite_session:
+            _pjsip().pjsip_inv_terminate(self.invite_session, 408, 1)
+        if not self.disconnected:
+            self.hangup_now()
+
     def refer(self, uri: str) -> None:
         self.xfer(uri, pj.CallOpParam(True))
 
@@ -212,10 +325,11 @@ class SipEndpoint:
     new call that fits under max_calls; the callee decides by calling `answer()`."""
 
     def __init__(self, config: SipConfig, loop: asyncio.AbstractEventLoop,
-                 on_incoming: Callable[[SipCall, CallInfo], None]):
+                 on_incoming: Callable[[SipCall, CallInfo], None], other_calls: Callable[[], int] = lambda: 0):
         self.config = config
         self.loop = loop
         self.on_incoming = on_incoming
+        self.other_calls = other_calls  # the process's calls on other transports: one cap for all
         self._commands: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -227,6 +341,7 @@ class SipEndpoint:
         self._free_ports: list[_BridgePort] = []
         self.ports_created = 0
         self.rejected_busy = 0
+        self.acl_filter: AclFilter | None = None
 
     # ---------------------------------------------------------------- threads
     def start(self) -> None:
@@ -310,6 +425,8 @@ class SipEndpoint:
         ep_cfg.medConfig.noVad = True
         ep_cfg.medConfig.ecTailLen = 0
         ep.libInit(ep_cfg)
+        if cfg.acl:
+            self.acl_filter = AclFilter(cfg.allows)
         tcfg = pj.TransportConfig()
         tcfg.port = cfg.listen.port
         tcfg.boundAddress = cfg.listen.host
@@ -380,7 +497,13 @@ class SipEndpoint:
                 call.answer_with(SIP_FORBIDDEN, "Not allowed from this address")
                 self._graveyard.append(call)
                 return
-            active = sum(1 for c in self.calls.values() if not c.disconnected)
+            live = self.calls.get(info.call_id)
+            if live is not None and not live.disconnected:  # two dialogs, one recording: refused
+                log.warning("sip_call_rejected", reason="call_id_in_use", remote=info.remote_uri)
+                call.answer_with(SIP_LOOP_DETECTED, "Call-ID already in use")
+                self._graveyard.append(call)
+                return
+            active = sum(1 for c in self.calls.values() if not c.disconnected) + self.other_calls()
             if active >= self.config.max_calls:
                 self.rejected_busy += 1
                 log.warning("sip_call_rejected", reason="max_calls", max_calls=self.config.max_calls,
@@ -398,7 +521,7 @@ class SipEndpoint:
     def make_call(self, uri: str, listener, bridge) -> SipCall:
         """Place an outgoing call (SIP thread), e.g. to a person for a warm transfer. It counts
         toward max_calls like any other call."""
-        active = sum(1 for c in self.calls.values() if not c.disconnected)
+        active = sum(1 for c in self.calls.values() if not c.disconnected) + self.other_calls()
         if active >= self.config.max_calls:
             raise SipError(f"cannot call {uri}: all {self.config.max_calls} call slots are in use")
         call = SipCall(self, self.account)

@@ -40,7 +40,8 @@ OPUS_RATE = 48000
 PREFERRED_CODECS = ("audio/PCMU", "audio/opus")  # in this order; anything else is refused
 KEYPAD_CHANNEL = "keypad"
 KEYPAD_KEYS = frozenset("0123456789*#ABCD")
-CONNECT_TIMEOUT_S = 15.0  # from the answer to ICE + DTLS connected
+CONNECT_TIMEOUT_S = 8.0  # from the answer to ICE + DTLS connected (the config's webrtc.connect_timeout_s)
+PENDING_PER_CALL = 2  # answered offers still connecting, per browser call slot (one per address)
 LATE_RESET_S = 0.2  # a sender this far behind its clock starts afresh instead of sending a burst
 MAX_OFFER_BYTES = 64 * 1024
 SILENCE_PCM = bytes(FRAME_BYTES)
@@ -49,6 +50,40 @@ BUSY_MESSAGE = "All our lines are busy right now. Please try again in a few minu
 
 class WebRtcError(Exception):
     """A bad offer, or a browser leg that could not be set up."""
+
+
+def own_addresses() -> frozenset:
+    """This machine's own interface addresses (a browser on the agent's host offers these)."""
+    import ipaddress
+
+    import ifaddr
+
+    out = set()
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            try:
+                out.add(ipaddress.ip_address(ip.ip if isinstance(ip.ip, str) else ip.ip[0]))
+            except ValueError:
+                continue
+    return frozenset(out)
+
+
+_CANDIDATE = re.compile(r"^a=candidate:\S+ \d+ \S+ \d+ (\S+) \d+ ", re.IGNORECASE)
+
+
+def keep_candidates(sdp: str, allowed) -> tuple[str, list[str]]:
+    """The offer with only the ICE candidates whose address `allowed(address)` accepts: the address
+    the offer came from, this machine's own, or the config's `peer_networks` (mDNS
+    `.local` names are kept: they resolve on the caller's own network only). Returns the SDP and the
+    addresses dropped. Without this an offer could make the agent send STUN checks to any address."""
+    kept, dropped = [], []
+    for line in sdp.splitlines():
+        m = _CANDIDATE.match(line)
+        if m and not m.group(1).lower().endswith(".local") and not allowed(m.group(1)):
+            dropped.append(m.group(1))
+            continue
+        kept.append(line)
+    return "\r\n".join(kept) + "\r\n", dropped
 
 
 def use_host_candidates(addresses: list[str]) -> None:
@@ -222,10 +257,12 @@ class WebRtcPeer:
     MediaBridge (thread-safe, called from the media thread) and to a listener, whose methods are
     called on the listener's own loop."""
 
-    def __init__(self, stun_servers: list[str] | None = None) -> None:
+    def __init__(self, stun_servers: list[str] | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc.rtcrtpsender import RTCRtpSender
 
+        self.connect_timeout_s = connect_timeout_s
+        self.answered_at = time.monotonic()
         self.call_id = f"webrtc-{uuid.uuid4().hex[:16]}"
         self.log = log.bind(call_id=self.call_id)
         # no STUN unless configured: aiortc's default asks a public server, unreachable here
@@ -343,10 +380,14 @@ class WebRtcPeer:
         elif state in ("failed", "closed"):
             await self._shutdown(408 if not self._confirmed else 200, f"connection {state}")
 
+    @property
+    def connected(self) -> bool:
+        return self._confirmed
+
     async def _connect_or_give_up(self) -> None:
-        await asyncio.sleep(CONNECT_TIMEOUT_S)
+        await asyncio.sleep(self.connect_timeout_s)
         if not self._confirmed:
-            self.log.warning("webrtc_connect_timeout", after_s=CONNECT_TIMEOUT_S)
+            self.log.warning("webrtc_connect_timeout", after_s=self.connect_timeout_s)
             await self._shutdown(408, "ICE/DTLS did not connect")
 
     async def _shutdown(self, code: int, reason: str) -> None:
@@ -368,12 +409,18 @@ class WebRtcGateway:
     agent; at `max_calls` browser calls the offer gets 503 with a message the page shows."""
 
     def __init__(self, host: str, port: int, max_calls: int, on_call: Callable[[WebRtcPeer, str], None],
-                 stun_servers: list[str] | None = None, process_full: Callable[[], bool] = lambda: False):
+                 stun_servers: list[str] | None = None, process_full: Callable[[], bool] = lambda: False,
+                 peer_networks: list[str] | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S):
+        import ipaddress
+
         self.host = host
         self.port = port
         self.max_calls = max_calls
         self.on_call = on_call
         self.stun_servers = stun_servers or []
+        self.peer_networks = [ipaddress.ip_network(n, strict=False) for n in peer_networks or []]
+        self.connect_timeout_s = connect_timeout_s
+        self.max_pending = PENDING_PER_CALL * max_calls  # answered offers not yet connected
         self.process_full = process_full  # the process has all the calls (any transport) it may take
         self.peers: dict[str, WebRtcPeer] = {}
         self.media = MediaThread()
@@ -422,20 +469,33 @@ class WebRtcGateway:
         remote = request.remote or ""
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return web.json_response({"error": "bad_request", "message": "the body must be JSON"}, status=400)
         if not isinstance(body, dict) or not isinstance(body.get("sdp"), str):
             return web.json_response({"error": "bad_request", "message": "expected {sdp, type}"}, status=400)
         if body.get("type", "offer") != "offer" or "m=audio" not in body["sdp"]:
             return web.json_response({"error": "bad_offer", "message": "expected an SDP offer with an audio stream"},
                                      status=400)
-        if len(self.peers) + self._answering >= self.max_calls or self.process_full():
+        # one connecting offer per address: a new one replaces it (a page reloaded, or somebody
+        # holding slots with offers that never connect)
+        for peer in [p for p in self.peers.values() if p.remote == remote and not p.connected]:
+            await self._drop(peer, "replaced by a newer offer from the same address")
+        # an offer holds no call slot until it connects (ICE + DTLS): offers that never connect
+        # cannot keep real callers out. They wait in a pool of their own; when it is full, the
+        # oldest is dropped.
+        pending = sorted((p for p in self.peers.values() if not p.connected), key=lambda p: p.answered_at)
+        if len(pending) + self._answering >= self.max_pending and pending:
+            await self._drop(pending[0], "not connected; its place given to a newer offer")
+        if self.connected_calls + self._answering >= self.max_calls or self.process_full():
             log.warning("webrtc_busy", remote=remote, calls=len(self.peers), max_calls=self.max_calls)
             return web.json_response({"error": "busy", "message": BUSY_MESSAGE}, status=503,
                                      headers={"Retry-After": "60"})
+        sdp, dropped = keep_candidates(body["sdp"], lambda address: self._may_reach(address, remote))
+        if dropped:
+            log.warning("webrtc_candidates_dropped", remote=remote, addresses=dropped[:8])
         self._answering += 1  # two offers at once cannot both pass the cap
         try:
-            peer, answer = await self.media.run(self._answer(body["sdp"], str(body.get("type", "offer")), remote))
+            peer, answer = await self.media.run(self._answer(sdp, str(body.get("type", "offer")), remote))
         except WebRtcError as exc:
             log.warning("webrtc_offer_refused", remote=remote, error=str(exc))
             return web.json_response({"error": "bad_offer", "message": str(exc)}, status=400)
@@ -446,9 +506,30 @@ class WebRtcGateway:
         return web.json_response({"sdp": answer, "type": "answer", "call_id": peer.call_id,
                                   "codec": peer.codec[0]})
 
+    @property
+    def connected_calls(self) -> int:
+        return sum(1 for p in self.peers.values() if p.connected)
+
+    def _may_reach(self, address: str, remote: str) -> bool:
+        """May the agent send media (and STUN) to `address`, offered by a browser at `remote`?"""
+        import ipaddress
+
+        if address == remote:
+            return True
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return ip in own_addresses() or any(ip in net for net in self.peer_networks)
+
+    async def _drop(self, peer: WebRtcPeer, why: str) -> None:
+        log.warning("webrtc_offer_dropped", call_id=peer.call_id, remote=peer.remote, reason=why)
+        self.peers.pop(peer.call_id, None)
+        await self.hang_up(peer, "agent")
+
     async def _answer(self, sdp: str, kind: str, remote: str) -> tuple[WebRtcPeer, str]:
         """On the media loop: a new peer and its answer."""
-        peer = WebRtcPeer(self.stun_servers)
+        peer = WebRtcPeer(self.stun_servers, self.connect_timeout_s)
         peer.remote = remote
         return peer, await peer.answer(sdp, kind)
 

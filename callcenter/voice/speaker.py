@@ -184,20 +184,22 @@ class Speaker:
                 self._backends[settings] = EspeakTts.with_settings(voice, settings.speed, settings.pitch)
         return self._backends[settings]
 
-    async def stream(self, text: str, settings: VoiceSettings | None = None) -> AsyncIterator[AudioFrame]:
+    async def stream(self, text: str, settings: VoiceSettings | None = None,
+                     cache: bool = True) -> AsyncIterator[AudioFrame]:
         """The sentence's frames as they are made: from the cache when it was said in full before,
         else from the rendering another call has already started (calls answered together say the
-        same greeting once), else from a new rendering."""
+        same greeting once), else from a new rendering. `cache=False` (a sentence with a card
+        number in it): synthesised for this call alone, and never kept."""
         settings = settings or self.default
         key = (settings, text)
-        cached = self.cache.get(key)
+        cached = self.cache.get(key) if cache else None
         if cached is not None:
             for i, frame in enumerate(cached):
                 if i and i % YIELD_EVERY_FRAMES == 0:
                     await asyncio.sleep(0)
                 yield frame
             return
-        if not self.cache.max_bytes:  # caching off: every call synthesises for itself
+        if not self.cache.max_bytes or not cache:  # caching off: every call synthesises for itself
             async for frame in self.backend(settings).stream(text):
                 yield frame
             return

@@ -1,0 +1,49 @@
+"""How long recordings are kept: `retention_days` in the server's config.
+
+A call leaves a stereo WAV, its events and transcript (JSONL), and perhaps a voicemail and a
+transfer leg, in `<recordings>/<YYYY-MM-DD>/`. Files last written more than `retention_days` ago
+are deleted when the server starts and once a day after; day folders left empty go too. Links are
+removed as links, never followed; dot files (the control token) are not recordings and stay.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger()
+
+DAY_S = 86400.0
+
+
+def purge_recordings(root: str | Path, days: float, now: float | None = None) -> list[Path]:
+    """Delete what is older than `days` under `root`; returns the paths deleted."""
+    root = Path(root)
+    cutoff = (time.time() if now is None else now) - days * DAY_S
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for day in sorted(root.iterdir()):
+        if day.name.startswith("."):
+            continue
+        info = day.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            for f in sorted(day.iterdir()):
+                try:
+                    if f.lstat().st_mtime < cutoff and not stat.S_ISDIR(f.lstat().st_mode):
+                        f.unlink()
+                        removed.append(f)
+                except OSError as exc:
+                    log.warning("recording_not_purged", path=str(f), error=str(exc))
+            try:
+                os.rmdir(day)  # only when empty
+            except OSError:
+                pass
+        elif info.st_mtime < cutoff:
+            day.unlink()
+            removed.append(day)
+    return removed
