@@ -702,3 +702,56 @@ def test_options_and_message_from_outside_the_acl_are_forbidden(tmp_path):
     assert answers[("127.0.0.2", "INVITE")] == 403
     assert answers[("127.0.0.1", "OPTIONS")] == 200  # inside the ACL, as before
     assert '"sip_request_rejected"' in agent.log() and "acl_filter_disabled" not in agent.log()
+
+
+def test_the_console_takes_its_token_from_a_file_never_the_command_line(tmp_path):
+    def cc(*args):
+        return subprocess.run([sys.executable, "-m", "callcenter.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=60)
+
+    r = cc("tui", "--token", "s3cret")
+    assert r.returncode != 0 and "unrecognized arguments" in r.stderr
+    r = cc("tui", "--token-file", tmp_path / "missing")
+    assert r.returncode != 0 and "cannot read the token file" in (r.stdout + r.stderr)
+    assert "Traceback" not in r.stderr
+
+
+def test_a_control_api_off_loopback_warns_loudly(tmp_path):
+    import structlog
+
+    from callcenter.supervisor.api import ControlApi
+    from callcenter.telephony.config import Control
+
+    async def main():
+        api = ControlApi(None, Control(host="0.0.0.0", port=0), tmp_path, "t")
+        await api.start()
+        await api.stop()
+
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(main())
+    assert any(e["event"] == "control_not_loopback" and "TLS" in e["warning"] for e in logs)
+
+
+def test_webhooks_get_the_card_number_the_events_do_not(tmp_path):
+    """The flow can still send a sensitive value to its payment webhook; only the stored and sent
+    copies are masked."""
+    from callcenter.call.events import CallEvents
+    from callcenter.dialog.engine import Dialog, Fetch
+    from callcenter.dialog.flow import load_flow
+
+    flow = tmp_path / "pay.yaml"
+    flow.write_text(PAYMENT_FLOW.read_text().replace(
+        "    next: thanks\n", "    next: charge\n  charge:\n    type: webhook\n    method: POST\n"
+        "    url: \"{api}/charge?card={card}\"\n    body: {card: \"{card}\"}\n    next: thanks\n"
+        "    on_failure: bye\n", 1).replace("start: card", "start: card\nvariables: {api: \"http://127.0.0.1:9\"}"))
+    d = Dialog(load_flow(flow), encoder=None)
+    events = CallEvents("c1", tmp_path / "c1.jsonl")
+    events.scrub = d.redactor.scrub
+    d.start()
+    actions = d.on_utterance("4111 1111 1111 1111")
+    (hook,) = [a for a in actions if isinstance(a, Fetch)]
+    assert hook.body == {"card": CARD} and hook.url.endswith(f"card={CARD}")
+    events.emit("webhook", url=hook.url, body=hook.body, value=d.last_decision.value)
+    events.close()
+    stored = (tmp_path / "c1.jsonl").read_text()
+    assert CARD not in stored and stored.count("************1111") == 3

@@ -535,8 +535,9 @@ class Dialog:
     # ------------------------------------------------------------ webhooks
     def _fetch(self, name: str, node: WebhookNode) -> Fetch:
         url = render(node.url, self.variables, encode=url_part, raw=self._trusted)
-        body = {k: self.render(v) if isinstance(v, str) else v for k, v in node.body.items()}
-        headers = {k: self.render(v) for k, v in node.headers.items()}
+        # the webhook gets sensitive values in full (a payment service needs the card number)
+        body = {k: render(v, self.variables) if isinstance(v, str) else v for k, v in node.body.items()}
+        headers = {k: render(v, self.variables) for k, v in node.headers.items()}
         return Fetch(name, node.method, url, headers, body if node.method == "POST" else None, node.timeout_s)
 
     def on_fetched(self, status: int | None, data: Any, error: str | None = None) -> list[Action]:
