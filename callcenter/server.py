@@ -545,10 +545,12 @@ class AgentProcess:
         import os
 
         env = dict(os.environ, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
+        # a restart appends to the same log: only this run's lines say it is ready
+        started_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"), env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            text = self.log()
+            text = self.log()[started_at:]
             if '"sip_listening"' in text and (self.control_url is None or '"control_listening"' in text) \
                     and (self.webrtc_url is None or '"webrtc_listening"' in text):
                 return self

@@ -105,6 +105,11 @@ class BrowserCaller:
         self.codec = body.get("codec")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type="answer"))
         await asyncio.wait_for(self.connected.wait(), timeout)
+        if self.channel.readyState != "open":  # the keypad channel opens just after the media
+            opened = asyncio.Event()
+            self.channel.on("open", opened.set)
+            if self.channel.readyState != "open":
+                await asyncio.wait_for(opened.wait(), timeout)
         return self
 
     async def press(self, keys: str, gap_s: float = 0.15) -> None:
