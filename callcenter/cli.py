@@ -92,6 +92,15 @@ def cmd_voice_train(args) -> int:
         raise CliError(f"training needs the training extra: pip install -e '.[train]' ({exc})") from None
     from callcenter.voice.runtime import VOICES_FILE
 
+    if args.voices.startswith("heart=hibari"):  # the source-filter voice, distilled from hibari-tts
+        from callcenter.voice.sf_train import export
+        from callcenter.voice.sf_train import train as train_sf
+        from callcenter.voice.ssm_tts import SF_VOICE_FILES
+
+        out = Path(args.out) if args.out else SF_VOICE_FILES["heart"]
+        export(train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads), out)
+        print(f"voice heart written to {out}")
+        return 0
     try:
         voices = parse_voices(args.voices)
     except ValueError as exc:
@@ -231,7 +240,8 @@ def cmd_bench_tts(args) -> int:
 
     report = run_tts_bench(Path(args.json), args.sentences, args.voices.split(",") if args.voices else None,
                            references=not args.no_references,
-                           save_audio=Path(args.save_audio) if args.save_audio else None)
+                           save_audio=Path(args.save_audio) if args.save_audio else None,
+                           dnsmos=not args.no_dnsmos)
     print(json.dumps({k: report[k] for k in ("voices", "references", "memory")}, indent=2))
     return 0
 
@@ -322,7 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = vsub.add_parser("list", help="voices this installation can speak with")
     v.set_defaults(fn=cmd_voice_list)
     v = vsub.add_parser("train", help="teacher audio -> alignments -> model -> voice file (resumable)")
-    v.add_argument("--voices", default=DEFAULT_TRAIN_VOICES, help="NAME=TEACHER,... (piper:joe, flite:awb, ...)")
+    v.add_argument("--voices", default=DEFAULT_TRAIN_VOICES,
+                   help="NAME=TEACHER,... (piper:joe, flite:awb, ...); heart=hibari trains the source-filter "
+                        "voice from hibari-tts af_heart")
+    v.add_argument("--minutes", type=float, default=60, help="heart=hibari: the time budget")
     v.add_argument("--work", default="build/voices", help="cache for teacher audio and checkpoints")
     v.add_argument("--steps", type=int, default=6000)
     v.add_argument("--threads", type=int, default=2)
@@ -394,10 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_webrtc)
-    s = b.add_parser("tts", help="voices: first audio, real-time factor, intelligibility (WER), memory")
+    s = b.add_parser("tts", help="voices: first audio, real-time factor, intelligibility (WER), DNSMOS, memory; "
+                                 "hibari-tts, Piper, flite and espeak-ng beside them")
     s.add_argument("--sentences", type=int, default=50)
     s.add_argument("--voices", default=None, help="comma-separated ssm voices (default: all)")
-    s.add_argument("--no-references", action="store_true", help="skip Piper, flite and espeak-ng")
+    s.add_argument("--no-references", action="store_true", help="skip hibari, Piper, flite and espeak-ng")
+    s.add_argument("--no-dnsmos", action="store_true", help="skip the DNSMOS judge (about 1-3 s a sentence)")
     s.add_argument("--save-audio", default=None, help="folder for a few rendered WAVs per voice")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_tts)

@@ -21,7 +21,7 @@ import pytest
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
 from tests.conftest import ROOT, free_tcp_port, free_udp_port, rtp_base, wait_for
-from tests.sipraw import RawUac, header, request, status_of
+from tests.sipraw import RawUac, request, status_of
 
 pytestmark = [pytest.mark.slow]
 AUTH_UAC = ROOT / "tests" / "sipp" / "uac_auth.xml"
@@ -614,7 +614,7 @@ nodes:
     assert "scheme or host" in str(err.value) and "host.yaml:10" in str(err.value)
 
     good = tmp_path / "path.yaml"
-    good.write_text(bad.read_text().replace('url: "{site}/api"', f'url: "{{base}}/files/{{site}}"')
+    good.write_text(bad.read_text().replace('url: "{site}/api"', 'url: "{base}/files/{site}"')
                     .replace("start: ask", f"start: ask\nvariables: {{base: \"{servers.url('a')}\"}}"))
     flow = load_flow(good)
     d = Dialog(flow, encoder=None)

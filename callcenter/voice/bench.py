@@ -8,7 +8,10 @@ every sentence on one thread:
   the decoder steps that frame needs);
 - real-time factor: synthesis time / audio duration; streams one core sustains = 1 / RTF;
 - intelligibility: the embedded STT (Whisper tiny.en) transcribes each 8 kHz rendering; WER against
-  the sentence. The teachers (Piper joe, flite) and espeak-ng are measured the same way.
+  the sentence (both sides normalised by `hearing.wer`: numbers read out, no punctuation);
+- naturalness: DNSMOS P.835 SIG/BAK/OVRL (`voice.judges`), at 16 kHz from our 8 kHz.
+hibari-tts af_heart (the quality bar), the teachers (Piper joe, flite) and espeak-ng are measured the
+same way in the same run, and each of our voices gets its ratios to hibari (`vs_hibari`).
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ def _percentile(xs, q):
 
 
 def bench_ssm_voice(name: str, sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
-    from callcenter.voice.ssm_tts import SsmTts
+    from callcenter.voice.ssm_tts import ssm_tts
 
-    tts = SsmTts(name)
+    tts = ssm_tts(name)
     stop = threading.Event()
     list(tts.samples("Warm up.", stop))
     first, rtf, audio = [], [], []
@@ -87,6 +90,20 @@ def _external(cmd: list[str], text: str) -> np.ndarray:
         return np.frombuffer(read_wav(wav), dtype="<i2").astype(np.float32) / 32768
 
 
+def _compare(result: dict) -> None:
+    """Each of our voices against hibari in the same run, as ratios and differences (the targets of
+    issue 17: WER at most 1.5x, DNSMOS OVRL at most 0.15 lower, RTF at most 1x)."""
+    ref = result["references"].get("hibari af_heart")
+    if not ref:
+        return
+    for stats in result["voices"].values():
+        vs = {"wer_ratio": round(stats["wer"] / max(ref["wer"], 1e-3), 2),
+              "rtf_ratio": round(stats["rtf_median"] / ref["rtf_median"], 2)}
+        if "dnsmos" in stats and "dnsmos" in ref:
+            vs["dnsmos_ovrl_diff"] = round(stats["dnsmos"]["OVRL"] - ref["dnsmos"]["OVRL"], 3)
+        stats["vs_hibari"] = vs
+
+
 def reference_voices() -> dict:
     """Voices measured beside ours: how to render a sentence with each (None where not installed)."""
     from callcenter.voice.text import normalize
@@ -115,9 +132,26 @@ def reference_voices() -> dict:
     return refs
 
 
+def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
+    """hibari-tts af_heart, one thread, measured like our voices: first audio is its first
+    sentence's audio (it makes a sentence at a time), RTF over its 8 kHz output."""
+    from callcenter.voice.judges import HibariReference
+
+    ref = HibariReference(threads=1)
+    first, rtf, audio = [], [], []
+    for text in sentences:
+        samples, first_s, total_s = ref.render(text)
+        first.append(first_s)
+        rtf.append(total_s / max(len(samples) / SAMPLE_RATE, 1e-3))
+        audio.append(samples)
+    return {"first_audio_ms_p50": 1000 * _percentile(first, 50), "first_audio_ms_p95": 1000 * _percentile(first, 95),
+            "rtf_median": float(np.median(rtf))}, audio
+
+
 def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, stt_model: str | None = None,
-                  references: bool = True, save_audio: Path | None = None) -> dict:
+                  references: bool = True, save_audio: Path | None = None, dnsmos: bool = True) -> dict:
     from callcenter.hearing.stt import WhisperStt
+    from callcenter.voice.judges import Dnsmos, JudgeMissing
     from callcenter.voice.ssm_tts import load_voices
 
     sentences = held_out_sentences(count)
@@ -131,14 +165,28 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
         hyps = [stt.transcribe_pcm(float_to_pcm(a)).text for a in audios]
         return wer(list(zip(sentences, hyps)))
 
+    judge = None
+    if dnsmos:
+        try:
+            judge = Dnsmos()
+        except JudgeMissing as exc:
+            log.warning("dnsmos_unavailable", error=str(exc))
+
+    def judged(stats: dict, audios: list[np.ndarray]) -> dict:
+        stats["wer"] = intelligibility(audios)
+        if judge is not None:
+            stats["dnsmos"] = judge.mean(audios)
+        return stats
+
     result = {"sentences": len(sentences), "threads": 1, "voices": {}, "references": {},
               "memory": {"weights_mb_all_voices": round(weights_mb, 2),
                          "rss_growth_mb_on_load": round((rss_after - rss_before) / 1024, 1),
                          "voices_in_file": len(model.voices)}}
-    for name in voices or model.voices:
+    from callcenter.voice.ssm_tts import sf_voices
+
+    for name in voices or model.voices + sf_voices():
         stats, audio = bench_ssm_voice(name, sentences)
-        stats["wer"] = intelligibility(audio)
-        result["voices"][f"ssm:{name}"] = stats
+        result["voices"][f"ssm:{name}"] = judged(stats, audio)
         log.info("tts_bench_voice", voice=name, **stats)
         if save_audio:
             from callcenter.audio.wavfile import write_wav
@@ -147,13 +195,20 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             for i, a in enumerate(audio[:5]):
                 write_wav(save_audio / f"ssm-{name}-{i}.wav", float_to_pcm(a))
     if references:
+        try:
+            stats, audio = bench_hibari(sentences)
+            result["references"]["hibari af_heart"] = judged(stats, audio)
+            log.info("tts_bench_reference", voice="hibari af_heart", **result["references"]["hibari af_heart"])
+        except JudgeMissing as exc:
+            log.warning("hibari_unavailable", error=str(exc))
         for name, render in reference_voices().items():
             started = time.perf_counter()
             audio = [render(s) for s in sentences]
             seconds = sum(len(a) for a in audio) / SAMPLE_RATE
-            result["references"][name] = {"wer": intelligibility(audio),
-                                          "rtf_incl_process_start": (time.perf_counter() - started) / seconds}
+            stats = {"rtf_incl_process_start": (time.perf_counter() - started) / seconds}
+            result["references"][name] = judged(stats, audio)
             log.info("tts_bench_reference", voice=name, **result["references"][name])
+        _compare(result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     return result

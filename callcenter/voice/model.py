@@ -66,6 +66,20 @@ class Predictor(nn.Module):
         return self.out(x).squeeze(-1) * mask.squeeze(-1)
 
 
+def regulate(x: torch.Tensor, durations: torch.Tensor, position: nn.Linear) -> torch.Tensor:
+    """Length regulation: (B, L, D) states, (B, L) frames per id → (B, T, D), each frame told where
+    it is inside its phoneme ((pos + 0.5) / duration, 1 / duration) through `position`."""
+    rows = []
+    for b in range(x.shape[0]):
+        d = durations[b]
+        frames = torch.repeat_interleave(x[b], d, dim=0)
+        starts = torch.repeat_interleave(torch.cumsum(d, 0) - d, d)
+        dur = torch.repeat_interleave(d, d).float()
+        pos = (torch.arange(len(starts), device=x.device) - starts).float()
+        rows.append(frames + position(torch.stack([(pos + 0.5) / dur, 1.0 / dur], dim=-1)))
+    return nn.utils.rnn.pad_sequence(rows, batch_first=True)
+
+
 class VoiceModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -96,17 +110,7 @@ class VoiceModel(nn.Module):
 
     def condition(self, enc, pitch, durations):
         """Length regulation: (B, L, D) states and (B, L) frames per id -> (B, T, D) decoder input."""
-        x = enc + self.pitch_embed(pitch[:, None, :]).transpose(1, 2)
-        rows = []
-        for b in range(x.shape[0]):
-            d = durations[b]
-            frames = torch.repeat_interleave(x[b], d, dim=0)
-            starts = torch.repeat_interleave(torch.cumsum(d, 0) - d, d)
-            dur = torch.repeat_interleave(d, d).float()
-            pos = (torch.arange(len(starts), device=x.device) - starts).float()
-            feats = torch.stack([(pos + 0.5) / dur, 1.0 / dur], dim=-1)
-            rows.append(frames + self.position(feats))
-        return nn.utils.rnn.pad_sequence(rows, batch_first=True)
+        return regulate(enc + self.pitch_embed(pitch[:, None, :]).transpose(1, 2), durations, self.position)
 
     # ---- acoustic side ---------------------------------------------------------------------------
     def decode(self, cond: torch.Tensor) -> torch.Tensor:

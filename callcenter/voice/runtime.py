@@ -68,6 +68,97 @@ class _Block:
     out_b: np.ndarray
 
 
+def load_block(p: dict, prefix: str) -> _Block:
+    """A gated SSM block's weights from a voice file, ready for the recurrence (its layer norm's
+    affine part folded into the input projection, the SSM discretised)."""
+    g = lambda name: p[f"{prefix}.{name}"]  # noqa: E731
+    dt = np.exp(g("ssm.log_dt").astype(np.float64))[:, None]
+    a = -np.exp(g("ssm.log_a_real").astype(np.float64)) + 1j * g("ssm.a_imag").astype(np.float64)
+    a_bar = np.exp(a * dt)
+    c = g("ssm.c").astype(np.float64)
+    cb = (c[..., 0] + 1j * c[..., 1]) * (a_bar - 1) / a
+    in_w = g("in_proj.weight").T * g("norm.weight")[:, None]          # layer norm's affine folded in
+    in_b = g("norm.bias") @ g("in_proj.weight").T + g("in_proj.bias")
+    return _Block(in_w.astype(np.float32), in_b.astype(np.float32),
+                  g("conv.weight")[:, 0, :].T.copy(), g("conv.bias"), a_bar.astype(np.complex64),
+                  cb.astype(np.complex64), g("ssm.d"), g("out_proj.weight").T.copy(), g("out_proj.bias"))
+
+
+def scan_fn(b: _Block, k: int):
+    """The SSM over a chunk of k steps from a carried state, in closed form:
+    y_i = sum_{j<=i} kernel[i-j] u_j + D u_i + 2 Re(sum_n C_n A_n^(i+1) s_n),
+    s' = A^k s + sum_j A^(k-1-j) u_j.
+    Complex products are laid out as real batched matrix products (one per channel), the
+    state kept as complex64 and viewed as interleaved (re, im) floats."""
+    e, n = b.a_bar.shape
+    powers = b.a_bar[..., None].astype(np.complex128) ** np.arange(k + 1)    # (E, N, k+1)
+    kernel = 2 * np.einsum("en,enl->el", b.cb, powers[..., :k]).real         # (E, k)
+    lag = np.arange(k)[:, None] - np.arange(k)[None, :]
+    toeplitz = np.where(lag >= 0, kernel[:, np.clip(lag, 0, None)], 0)       # (E, i, j)
+    toeplitz = (toeplitz + np.eye(k) * b.d[:, None, None]).astype(np.float32)
+    f = 2 * b.cb[:, None, :] * powers[..., 1:].transpose(0, 2, 1)             # (E, k, N)
+    from_state = np.stack([f.real, -f.imag], axis=-1).reshape(e, k, 2 * n).astype(np.float32)
+    g = powers[..., k - 1::-1][..., :k]                                        # (E, N, j): A^(k-1-j)
+    into_state = np.stack([g.real, g.imag], axis=2).reshape(e, 2 * n, k).astype(np.float32)
+    a_k = powers[..., k].astype(np.complex64)
+    # [u; s] -> y in one batched product per channel; the state update as A^k s + into u
+    to_output = np.concatenate([toeplitz, from_state], axis=2)                # (E, k, k + 2N)
+
+    def scan(u: np.ndarray, s: np.ndarray):
+        ut = np.ascontiguousarray(u.T)                                         # (E, k)
+        v = np.concatenate([ut, s.view(np.float32)], axis=1)[..., None]        # (E, k + 2N, 1)
+        y = np.matmul(to_output, v)[..., 0]
+        s = a_k * s + np.matmul(into_state, ut[..., None])[..., 0].view(np.complex64)
+        return y.T, s
+
+    scan.k = k
+    return scan
+
+
+def regulate(x: np.ndarray, durations: np.ndarray, p: dict) -> np.ndarray:
+    """Length regulation as in training (`model.regulate`): states repeated per frame, each told
+    where it is inside its phoneme."""
+    frames = np.repeat(x, durations, axis=0)
+    starts = np.repeat(np.cumsum(durations) - durations, durations)
+    dur = np.repeat(durations, durations).astype(np.float32)
+    pos = np.arange(len(frames)) - starts
+    feats = np.stack([(pos + 0.5) / dur, 1.0 / dur], axis=-1)
+    return (frames + feats @ p["position.weight"].T + p["position.bias"]).astype(np.float32)
+
+
+class Recurrence:
+    """The decoder of gated SSM blocks as a recurrence: each step reads K conditioning frames and
+    carries every block's convolution window and SSM state to the next."""
+
+    def __init__(self, blocks: list[_Block], scans: list, dec_w, dec_b, head_w, head_b):
+        self.blocks, self.scans = blocks, scans
+        self.dec_w, self.dec_b, self.head_w, self.head_b = dec_w, dec_b, head_w, head_b
+
+    def run(self, cond: np.ndarray, cancelled=lambda: False):
+        """(frames in this step, their outputs) per step of K frames (the scans' step)."""
+        k_step = self.scans[0].k
+        conv = [np.zeros((CONV_TAPS - 1, b.conv_w.shape[1]), np.float32) for b in self.blocks]
+        state = [np.zeros(b.a_bar.shape, np.complex64) for b in self.blocks]
+        for t0 in range(0, len(cond), k_step):
+            if cancelled():
+                return
+            real = min(k_step, len(cond) - t0)
+            x = np.zeros((k_step, cond.shape[1]), np.float32)
+            x[:real] = cond[t0:t0 + real]
+            x = x @ self.dec_w + self.dec_b
+            for k, (b, scan) in enumerate(zip(self.blocks, self.scans)):
+                h = _normalize(x) @ b.in_w + b.in_b
+                e = h.shape[1] // 2
+                window = np.concatenate([conv[k], h[:, :e]])                  # (taps-1+K, E)
+                conv[k] = window[k_step:]
+                u = b.conv_b + window[:k_step] * b.conv_w[0]
+                for j in range(1, CONV_TAPS):
+                    u = u + window[j:j + k_step] * b.conv_w[j]
+                y, state[k] = scan(_silu(u), state[k])
+                x = x + (y * _silu(h[:, e:])) @ b.out_w + b.out_b
+            yield real, (_normalize(x) @ self.head_w + self.head_b)[:real]
+
+
 class SsmVoices:
     """All voices of one trained model file."""
 
@@ -92,17 +183,7 @@ class SsmVoices:
         self._scans(FRAMES_PER_STEP)  # build the step matrices now, not while the first caller waits
 
     def _block(self, i: int) -> _Block:
-        g = lambda name: self.p[f"decoder.{i}.{name}"]  # noqa: E731
-        dt = np.exp(g("ssm.log_dt").astype(np.float64))[:, None]
-        a = -np.exp(g("ssm.log_a_real").astype(np.float64)) + 1j * g("ssm.a_imag").astype(np.float64)
-        a_bar = np.exp(a * dt)
-        c = g("ssm.c").astype(np.float64)
-        cb = (c[..., 0] + 1j * c[..., 1]) * (a_bar - 1) / a
-        in_w = g("in_proj.weight").T * g("norm.weight")[:, None]          # layer norm's affine folded in
-        in_b = g("norm.bias") @ g("in_proj.weight").T + g("in_proj.bias")
-        return _Block(in_w.astype(np.float32), in_b.astype(np.float32),
-                      g("conv.weight")[:, 0, :].T.copy(), g("conv.bias"), a_bar.astype(np.complex64),
-                      cb.astype(np.complex64), g("ssm.d"), g("out_proj.weight").T.copy(), g("out_proj.bias"))
+        return load_block(self.p, f"decoder.{i}")
 
     def voice_index(self, name: str) -> int:
         try:
@@ -142,12 +223,7 @@ class SsmVoices:
     def condition(self, enc: np.ndarray, pitch: np.ndarray, durations: np.ndarray) -> np.ndarray:
         p = self.p
         x = enc + _conv_same(pitch[:, None], p["pitch_embed.weight"], p["pitch_embed.bias"])
-        frames = np.repeat(x, durations, axis=0)
-        starts = np.repeat(np.cumsum(durations) - durations, durations)
-        dur = np.repeat(durations, durations).astype(np.float32)
-        pos = np.arange(len(frames)) - starts
-        feats = np.stack([(pos + 0.5) / dur, 1.0 / dur], axis=-1)
-        return (frames + feats @ p["position.weight"].T + p["position.bias"]).astype(np.float32)
+        return regulate(x, durations, p)
 
     # ---- acoustic side ---------------------------------------------------------------------------
     def stream(self, cond: np.ndarray, frames_per_step: int = FRAMES_PER_STEP,
@@ -156,30 +232,11 @@ class SsmVoices:
         first DELAY samples, lead-in, are dropped). Each step advances `frames_per_step` frames
         from the running state, at the same cost wherever it is in the utterance."""
         k_step = frames_per_step
-        scans = self._scans(k_step)
-        dec_w, dec_b, head_w, head_b = self._dec_w, self._dec_b, self._head_w, self._head_b
-        conv = [np.zeros((CONV_TAPS - 1, b.conv_w.shape[1]), np.float32) for b in self.blocks]
-        state = [np.zeros(b.a_bar.shape, np.complex64) for b in self.blocks]
         ola = np.zeros(WIN + k_step * HOP, np.float32)
         skip = DELAY
-        for t0 in range(0, len(cond), k_step):
-            if cancelled():
-                return
-            real = min(k_step, len(cond) - t0)
-            x = np.zeros((k_step, cond.shape[1]), np.float32)
-            x[:real] = cond[t0:t0 + real]
-            x = x @ dec_w + dec_b
-            for k, (b, scan) in enumerate(zip(self.blocks, scans)):
-                h = _normalize(x) @ b.in_w + b.in_b
-                e = h.shape[1] // 2
-                window = np.concatenate([conv[k], h[:, :e]])                  # (taps-1+K, E)
-                conv[k] = window[k_step:]
-                u = b.conv_b + window[:k_step] * b.conv_w[0]
-                for j in range(1, CONV_TAPS):
-                    u = u + window[j:j + k_step] * b.conv_w[j]
-                y, state[k] = scan(_silu(u), state[k])
-                x = x + (y * _silu(h[:, e:])) @ b.out_w + b.out_b
-            frames = self._frames((_normalize(x) @ head_w + head_b)[:real])
+        decoder = Recurrence(self.blocks, self._scans(k_step), self._dec_w, self._dec_b, self._head_w, self._head_b)
+        for real, params in decoder.run(cond, cancelled):
+            frames = self._frames(params)
             for i, frame in enumerate(frames):
                 ola[i * HOP:i * HOP + WIN] += frame
             out = ola[: real * HOP] / OLA_GAIN
@@ -192,38 +249,8 @@ class SsmVoices:
 
     def _scans(self, k: int):
         if k not in self._scan_cache:
-            self._scan_cache[k] = [self._scan(b, k) for b in self.blocks]
+            self._scan_cache[k] = [scan_fn(b, k) for b in self.blocks]
         return self._scan_cache[k]
-
-    @staticmethod
-    def _scan(b: _Block, k: int):
-        """The SSM over a chunk of k steps from a carried state, in closed form:
-        y_i = sum_{j<=i} kernel[i-j] u_j + D u_i + 2 Re(sum_n C_n A_n^(i+1) s_n),
-        s' = A^k s + sum_j A^(k-1-j) u_j.
-        Complex products are laid out as real batched matrix products (one per channel), the
-        state kept as complex64 and viewed as interleaved (re, im) floats."""
-        e, n = b.a_bar.shape
-        powers = b.a_bar[..., None].astype(np.complex128) ** np.arange(k + 1)    # (E, N, k+1)
-        kernel = 2 * np.einsum("en,enl->el", b.cb, powers[..., :k]).real         # (E, k)
-        lag = np.arange(k)[:, None] - np.arange(k)[None, :]
-        toeplitz = np.where(lag >= 0, kernel[:, np.clip(lag, 0, None)], 0)       # (E, i, j)
-        toeplitz = (toeplitz + np.eye(k) * b.d[:, None, None]).astype(np.float32)
-        f = 2 * b.cb[:, None, :] * powers[..., 1:].transpose(0, 2, 1)             # (E, k, N)
-        from_state = np.stack([f.real, -f.imag], axis=-1).reshape(e, k, 2 * n).astype(np.float32)
-        g = powers[..., k - 1::-1][..., :k]                                        # (E, N, j): A^(k-1-j)
-        into_state = np.stack([g.real, g.imag], axis=2).reshape(e, 2 * n, k).astype(np.float32)
-        a_k = powers[..., k].astype(np.complex64)
-        # [u; s] -> y in one batched product per channel; the state update as A^k s + into u
-        to_output = np.concatenate([toeplitz, from_state], axis=2)                # (E, k, k + 2N)
-
-        def scan(u: np.ndarray, s: np.ndarray):
-            ut = np.ascontiguousarray(u.T)                                         # (E, k)
-            v = np.concatenate([ut, s.view(np.float32)], axis=1)[..., None]        # (E, k + 2N, 1)
-            y = np.matmul(to_output, v)[..., 0]
-            s = a_k * s + np.matmul(into_state, ut[..., None])[..., 0].view(np.complex64)
-            return y.T, s
-
-        return scan
 
     def _frames(self, params: np.ndarray) -> np.ndarray:
         log_mag, phase = params[:, :N_BINS], params[:, N_BINS:]

@@ -50,9 +50,9 @@ def voice_settings(value) -> VoiceSettings | None:
 
 def _ssm_voices() -> list[str]:
     """The voices in the committed voice file (raises VoiceFileError if it cannot be read)."""
-    from callcenter.voice.ssm_tts import load_voices
+    from callcenter.voice.ssm_tts import load_voices, sf_voices
 
-    return [f"ssm:{v}" for v in load_voices().voices]
+    return [f"ssm:{v}" for v in load_voices().voices + sf_voices()]
 
 
 def known_voices() -> list[str]:
@@ -177,9 +177,9 @@ class Speaker:
                 raise TtsError(problem)
             kind, _, voice = settings.name.partition(":")
             if kind == "ssm":
-                from callcenter.voice.ssm_tts import SsmTts
+                from callcenter.voice.ssm_tts import ssm_tts
 
-                self._backends[settings] = SsmTts(voice, settings.speed, settings.pitch)
+                self._backends[settings] = ssm_tts(voice, settings.speed, settings.pitch)
             else:
                 self._backends[settings] = EspeakTts.with_settings(voice, settings.speed, settings.pitch)
         return self._backends[settings]

@@ -36,6 +36,20 @@ def load_voices(path=VOICES_FILE) -> SsmVoices:
         return _loaded[key]
 
 
+SF_VOICE_FILES = {"heart": VOICES_FILE.with_name("sf-heart.npz")}  # source-filter voices (sf_runtime)
+
+
+def sf_voices() -> list[str]:
+    """The source-filter voices whose weights this installation has."""
+    return [name for name, path in SF_VOICE_FILES.items() if path.exists()]
+
+
+def ssm_tts(voice: str, speed: float = 1.0, pitch: float = 0.0) -> "SsmTts":
+    """The streaming stage for `ssm:<voice>`: a source-filter voice if it is one, else a voice of
+    the spectral model file."""
+    return SfTts(voice, speed, pitch) if voice in SF_VOICE_FILES else SsmTts(voice, speed, pitch)
+
+
 class SsmTts:
     name = "ssm"
 
@@ -56,9 +70,12 @@ class SsmTts:
             if chunk.pause_ms:
                 yield np.zeros(chunk.pause_ms * SAMPLE_RATE // 1000, np.float32)
                 continue
-            ids = phoneme_ids(self.phonemizer.phonemes(chunk.text))
-            cond = self.voices.plan(ids, self.voice_index, self.speed, self.pitch)
-            yield from self.voices.stream(cond, cancelled=stop.is_set)
+            yield from self.sentence(chunk.text, stop)
+
+    def sentence(self, text: str, stop: threading.Event):
+        ids = phoneme_ids(self.phonemizer.phonemes(text))
+        cond = self.voices.plan(ids, self.voice_index, self.speed, self.pitch)
+        yield from self.voices.stream(cond, cancelled=stop.is_set)
 
     async def stream(self, text: str) -> AsyncIterator[AudioFrame]:
         loop = asyncio.get_running_loop()
@@ -88,3 +105,21 @@ class SsmTts:
             stop.set()
             if not worker.done():
                 worker.add_done_callback(lambda f: f.exception())
+
+
+class SfTts(SsmTts):
+    """A source-filter SSM voice (`sf_runtime`): hibari's phonemes (its G2P, Apache-2.0), our
+    normalised text, the decoder streamed step by step. Same `samples`/`stream` contract."""
+
+    def __init__(self, voice: str, speed: float = 1.0, pitch: float = 0.0, voices=None, language: str = "en-us"):
+        from callcenter.voice.sf_runtime import load_sf_voice
+
+        self.voices = load_sf_voice(SF_VOICE_FILES[voice])
+        self.voice = voice
+        self.speed = speed
+        self.pitch = pitch  # not applied yet: the decoder predicts F0 itself
+        self.g2p = self.voices.g2p()
+
+    def sentence(self, text: str, stop: threading.Event):
+        for ids in self.g2p(text):
+            yield from self.voices.stream(self.voices.plan(ids, self.speed), cancelled=stop.is_set)

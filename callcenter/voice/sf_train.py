@@ -1,0 +1,138 @@
+"""Train the source-filter SSM voice from hibari-tts (CPU, resumable).
+
+    python -m callcenter.voice.sf_train --work build/sf --minutes 45
+
+builds the teacher's dataset once (`build/sf/teacher.npz`, ~20 ms a sentence), then trains with
+checkpoints every 200 steps (`build/sf/ckpt.pt`, resumed when present) until the step count or the
+time budget runs out, and exports `build/sf/voice.pt` (the weights for export).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from callcenter.voice.sf_model import SfConfig, SfVoiceModel, losses
+
+BATCH = 16
+LR = 2e-3
+CKPT_EVERY = 200
+WINDOW = 96  # frames (1.2 s) of each utterance per step
+
+
+def batches(data: list[dict], rng: random.Random, size: int = BATCH):
+    while True:
+        items = [data[rng.randrange(len(data))] for _ in range(size)]
+        ids_len = max(len(x["ids"]) for x in items)
+        frames = max(len(x["f0"]) for x in items)
+        b = {"ids": torch.zeros(size, ids_len, dtype=torch.long), "id_mask": torch.zeros(size, ids_len),
+             "durations": torch.zeros(size, ids_len, dtype=torch.long), "f0": torch.zeros(size, frames),
+             "coefs": torch.zeros(size, frames, 3, items[0]["coefs"].shape[-1]), "frame_mask": torch.zeros(size, frames)}
+        for i, x in enumerate(items):
+            n, f = len(x["ids"]), len(x["f0"])
+            b["ids"][i, :n] = torch.from_numpy(x["ids"])
+            b["id_mask"][i, :n] = 1
+            b["durations"][i, :n] = torch.from_numpy(x["durations"])
+            b["f0"][i, :f] = torch.from_numpy(x["f0"])
+            b["coefs"][i, :f] = torch.from_numpy(x["coefs"])
+            b["frame_mask"][i, :f] = 1
+        yield b
+
+
+def crop(cond: torch.Tensor, b: dict, rng: random.Random, window: int = WINDOW) -> tuple[torch.Tensor, dict]:
+    """A random window of each utterance's frames (the decoder is causal: it learns to speak from a
+    zero state anywhere, and costs a third of whole utterances)."""
+    lengths = b["frame_mask"].sum(1).long().tolist()
+    starts = [rng.randrange(0, max(1, n - window + 1)) for n in lengths]
+    width = min(window, cond.shape[1])
+
+    def take(x):
+        return torch.stack([x[i, s:s + width] if x.shape[1] >= s + width else
+                            torch.nn.functional.pad(x[i, s:], (0, 0) * (x.dim() - 2) + (0, s + width - x.shape[1]))
+                            for i, s in enumerate(starts)])
+
+    out = dict(b)
+    for k in ("f0", "coefs", "frame_mask"):
+        out[k] = take(b[k])
+    return take(cond), out
+
+
+def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: int = 2500) -> Path:
+    from callcenter.voice.corpus import training_sentences
+    from callcenter.voice.hibari_teacher import build_dataset, load_dataset
+
+    torch.set_num_threads(threads)
+    work.mkdir(parents=True, exist_ok=True)
+    data_path = work / "teacher.npz"
+    if not data_path.exists():
+        build_dataset(training_sentences(agent=sentences, seed=0), data_path)
+    data = load_dataset(data_path)
+    model = SfVoiceModel(SfConfig())
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    ckpt, step = work / "ckpt.pt", 0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step = state["step"]
+    rng = random.Random(step)
+    stream = batches(data, rng)
+    deadline = time.monotonic() + minutes * 60
+    log_every, acc, t0 = 50, {}, time.monotonic()
+    while step < steps and time.monotonic() < deadline:
+        lr = LR * min(1.0, (step + 1) / 300) * (0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)) * 0.95 + 0.05)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        b = next(stream)
+        enc, log_dur = model.encode(b["ids"], b["id_mask"][..., None])
+        cond, b = crop(model.condition(enc, b["durations"]), b, rng)
+        parts = losses(model.decode(cond), log_dur, b)
+        opt.zero_grad()
+        parts["total"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        for k, v in parts.items():
+            acc[k] = acc.get(k, 0.0) + float(v.detach())
+        if step % log_every == 0:
+            print(f"step {step} lr {lr:.2e} " + " ".join(f"{k} {v / log_every:.4f}" for k, v in acc.items())
+                  + f" {(time.monotonic() - t0) / log_every:.2f} s/step", flush=True)
+            acc, t0 = {}, time.monotonic()
+        if step % CKPT_EVERY == 0:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "config": model.config.to_dict()}, ckpt)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "config": model.config.to_dict()}, ckpt)
+    return ckpt
+
+
+def export(ckpt: Path, out: Path) -> Path:
+    """A checkpoint as the committed voice file (`sf_runtime.SfVoice` reads it)."""
+    from callcenter.voice.sf_runtime import export_sf_voice
+
+    state = torch.load(ckpt, weights_only=False)
+    model = SfVoiceModel(SfConfig(**state["config"]))
+    model.load_state_dict(state["model"])
+    export_sf_voice(out, model, {"teacher": "hibari-tts af_heart (Apache-2.0)", "steps": state["step"]})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--work", default="build/sf")
+    p.add_argument("--steps", type=int, default=20000)
+    p.add_argument("--minutes", type=float, default=45)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--export", default=None, help="write the voice file here when done")
+    args = p.parse_args()
+    ckpt = train(Path(args.work), args.steps, args.minutes, args.threads)
+    print(export(ckpt, Path(args.export)) if args.export else ckpt)
+
+
+if __name__ == "__main__":
+    main()

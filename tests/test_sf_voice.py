@@ -1,0 +1,66 @@
+"""The source-filter SSM voice: its numpy recurrence computes what the torch model computes in
+parallel, its streamed DSP equals the whole-utterance DSP, and the teacher's durations fit."""
+
+import numpy as np
+import pytest
+import torch
+
+from callcenter.voice import source_filter as sf
+from callcenter.voice.sf_model import SfConfig, SfVoiceModel
+from callcenter.voice.sf_runtime import SfVoice, SourceFilterStream, export_sf_voice
+
+
+def test_recurrent_numpy_decoder_equals_the_parallel_torch_decoder(tmp_path):
+    torch.manual_seed(0)
+    model = SfVoiceModel(SfConfig(dim=32, encoder_layers=2, decoder_layers=2, state=8)).eval()
+    path = tmp_path / "sf.npz"
+    export_sf_voice(path, model)
+    voice = SfVoice(path)
+    # the weights as stored (half precision) on both sides
+    model.load_state_dict({k: torch.from_numpy(v).to(model.state_dict()[k].dtype) for k, v in voice.p.items()})
+    ids = [0, 5, 17, 42, 9, 3, 0]
+    cond = voice.plan(ids)
+    with torch.no_grad():
+        enc, log_dur = model.encode(torch.tensor([ids]), torch.ones(1, len(ids), 1))
+        durations = torch.clamp(torch.round(torch.exp(log_dur[0]) - 1), min=0).long()
+        if durations.sum() == 0:
+            durations[len(ids) // 2] = 1
+        torch_cond = model.condition(enc, durations[None])[0].numpy()
+        assert np.allclose(cond, torch_cond, atol=1e-4)
+        parallel = model.decode(torch.from_numpy(cond)[None])[0].numpy()
+    recurrent = np.concatenate(list(voice.frames(cond)))
+    assert recurrent.shape == parallel.shape and np.allclose(recurrent, parallel, atol=2e-3)
+
+
+def test_streamed_source_filter_equals_the_whole_utterance():
+    frames = 60
+    f0 = np.concatenate([np.linspace(120, 180, 30), np.zeros(5), np.linspace(150, 110, 25)])
+    coefs = np.zeros((frames, 3, sf.N_COEF), np.float32)
+    coefs[:, 0, 0] = -2 * np.sqrt(sf.N_BINS)  # a flat harmonic envelope; no noise, no free phase
+    coefs[:, 1:, 0] = -40 * np.sqrt(sf.N_BINS)
+    whole = sf.synthesize(coefs, f0)
+    stream = SourceFilterStream()
+    parts = []
+    for i in range(0, frames, 8):
+        stream.add(f0[i:i + 8], coefs[i:i + 8])
+        parts.append(stream.samples())
+        assert stream.emitted <= (i + 8) * sf.HOP
+    parts.append(stream.samples(final=True))
+    streamed = np.concatenate(parts)
+    assert len(streamed) == len(whole) == frames * sf.HOP
+    inner = slice(sf.N_FFT, len(whole) - sf.N_FFT)  # the ends differ only in padding (zeros, reflection)
+    assert np.abs(whole[inner]).max() > 1e-3 and np.allclose(streamed[inner], whole[inner], atol=1e-6)
+
+
+def test_the_teacher_gives_exact_durations_and_envelopes():
+    pytest.importorskip("hibari")
+    pytest.importorskip("onnx")
+    from callcenter.voice.hibari_teacher import HibariTeacher
+
+    teacher = HibariTeacher()
+    (phonemes,) = teacher.phonemes("Your balance is twelve dollars.")
+    utt = teacher.utterance("Your balance is twelve dollars.", phonemes)
+    assert len(utt.durations) == len(utt.ids) and utt.durations.sum() == len(utt.f0)
+    assert utt.coefs.shape == (len(utt.f0), 3, sf.N_COEF) and (utt.f0 > 60).mean() > 0.3
+    audio = sf.synthesize(utt.coefs, utt.f0)
+    assert len(audio) == len(utt.f0) * sf.HOP and 0.005 < np.sqrt(np.mean(audio ** 2)) < 0.5
