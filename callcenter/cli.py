@@ -78,7 +78,9 @@ def cmd_voice_list(args) -> int:
     from callcenter.voice.speaker import known_voices
     from callcenter.voice.ssm_tts import load_voices
 
-    teachers = load_voices().meta.get("teachers", {})
+    from callcenter.voice.ssm_tts import sf_voices
+
+    teachers = {**load_voices().meta.get("teachers", {}), **{v: "hibari:heart" for v in sf_voices()}}
     for name in known_voices():
         teacher = teachers.get(name.partition(":")[2])
         print(f"{name}\t(learnt from {teacher})" if teacher else name)

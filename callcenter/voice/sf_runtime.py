@@ -26,76 +26,95 @@ OLA_NORM = 1.5  # summed squared Hann window at 4x overlap
 
 
 class SourceFilterStream:
-    """F0 and envelopes in, 8 kHz samples out, frame by frame: the pulse train continues its
-    phase across steps, noise and free phase are drawn per frame once, and the overlap-add keeps
-    the tail of windows still open."""
+    """F0 and envelopes in, 8 kHz samples out, a step at a time: the pulse train continues its
+    phase across steps, noise and free phase are drawn once per frame, and the overlap-add keeps
+    the tail of windows still open. Each step's frames are done together (one matrix product for
+    the envelopes, one FFT pair for the windows)."""
 
     def __init__(self, seed: int = 0):
         self.rng = np.random.default_rng(seed)
-        self.f0: list[float] = []
-        self.spectra: list[np.ndarray] = []  # per frame: (N_BINS,) complex, without the harmonic part
-        self.envelope: list[np.ndarray] = []  # per frame: exp(lh)
+        self.f0 = np.zeros(0, np.float64)
+        self.unharmonic = np.zeros((0, sf.N_BINS), np.complex64)  # per frame: noise and free-phase parts
+        self.envelope = np.zeros((0, sf.N_BINS), np.float32)  # per frame: exp(lh)
         self.pulse = np.zeros(sf.N_FFT // 2, np.float32)  # the pulse train from sample -N_FFT/2 on
+        self.pulse_start = -(sf.N_FFT // 2)  # the sample self.pulse[0] is
         self.pulsed = 0  # frames whose pulse samples are made
         self.phase = 0.0
         self.done = 0  # frames whose windows are added
-        self.ola = np.zeros(sf.N_FFT + 64 * sf.HOP, np.float32)
-        self.emitted = 0  # samples returned so far
+        self.first = 0  # frame index of row 0 of f0/unharmonic/envelope
+        self.ola = np.zeros(sf.N_FFT, np.float32)  # samples from emitted - N_FFT/2 on
+        self.emitted = 0
 
     def add(self, f0: np.ndarray, coefs: np.ndarray) -> None:
         """(K,) Hz and (K, 3, N_COEF)."""
-        for i in range(len(f0)):
-            lh, ln, lr = (np.minimum(sf.from_coefs(coefs[i:i + 1, j])[:, 0], sf.LOG_MAG_MAX) for j in range(3))
-            noise = self.rng.standard_normal(2 * sf.N_BINS, dtype=np.float32).view(np.complex64)
-            phase = self.rng.uniform(-np.pi, np.pi, sf.N_BINS).astype(np.float32)
-            self.spectra.append(noise * np.exp(ln) + np.exp(lr) * (np.cos(phase) + 1j * np.sin(phase)))
-            self.envelope.append(np.exp(lh))
-            self.f0.append(float(f0[i]))
+        k = len(f0)
+        logs = np.minimum(coefs.reshape(k * 3, sf.N_COEF) @ sf.BASIS, sf.LOG_MAG_MAX).reshape(k, 3, sf.N_BINS)
+        mags = np.exp(logs)
+        noise = self.rng.standard_normal((k, 2 * sf.N_BINS), dtype=np.float32).view(np.complex64)
+        phase = self.rng.uniform(-np.pi, np.pi, (k, sf.N_BINS)).astype(np.float32)
+        free = mags[:, 2] * (np.cos(phase) + 1j * np.sin(phase))
+        self.unharmonic = np.concatenate([self.unharmonic, (noise * mags[:, 1] + free).astype(np.complex64)])
+        self.envelope = np.concatenate([self.envelope, mags[:, 0].astype(np.float32)])
+        self.f0 = np.concatenate([self.f0, np.asarray(f0, np.float64)])
+
+    @property
+    def known(self) -> int:
+        return self.first + len(self.f0)
 
     def _make_pulses(self, upto: int) -> None:
         """Pulse samples for frames [pulsed, upto): frame k's samples interpolate F0 between the
         centres of k-1, k and k+1, so they need f0[k+1] (or the end)."""
         if upto <= self.pulsed:
             return
-        lo = max(0, self.pulsed - 1)
-        f0 = np.asarray(self.f0[lo:upto + 1], np.float64)
+        lo = max(self.first, self.pulsed - 1)
+        f0 = self.f0[lo - self.first:upto + 1 - self.first]
         x = np.arange(self.pulsed * sf.HOP, upto * sf.HOP) / sf.HOP - 0.5 + 0.5 / sf.HOP - lo
-        f = np.interp(x, np.arange(len(f0)), f0)
-        samples, self.phase = sf.pulse_samples(f, self.phase)
+        samples, self.phase = sf.pulse_samples(np.interp(x, np.arange(len(f0)), f0), self.phase)
         self.pulse = np.concatenate([self.pulse, samples])
         self.pulsed = upto
 
-    def _window(self, t: int) -> np.ndarray:
-        start = t * sf.HOP  # in self.pulse, which begins N_FFT/2 before sample 0
-        seg = self.pulse[start:start + sf.N_FFT]
-        if len(seg) < sf.N_FFT:
-            seg = np.pad(seg, (0, sf.N_FFT - len(seg)))
-        spec = np.fft.rfft(seg * sf.WIN_SRC) * self.envelope[t] + self.spectra[t]
-        return np.fft.irfft(spec, sf.N_FFT).astype(np.float32) * sf.WIN
-
     def samples(self, final: bool = False) -> np.ndarray:
         """Samples no later frame can change any more (all of them when `final`)."""
-        known = len(self.f0)
+        known = self.known
         ready = known if final else max(0, known - LAG_FRAMES)
         self._make_pulses(known if final else max(0, known - 1))
         if final:
             self.pulse = np.concatenate([self.pulse, np.zeros(sf.N_FFT, np.float32)])
-        while self.done < ready:
-            t = self.done
-            off = t * sf.HOP - self.emitted  # the window starts N_FFT/2 before frame t's centre
-            need = off + sf.N_FFT
+        if ready > self.done:
+            frames = np.arange(self.done, ready)
+            starts = frames * sf.HOP - sf.N_FFT // 2 - self.pulse_start
+            idx = starts[:, None] + np.arange(sf.N_FFT)[None, :]
+            windows = self.pulse[idx] * sf.WIN_SRC
+            rows = frames - self.first
+            spec = np.fft.rfft(windows, axis=1) * self.envelope[rows] + self.unharmonic[rows]
+            pieces = np.fft.irfft(spec, sf.N_FFT, axis=1).astype(np.float32) * sf.WIN
+            base = self.emitted - sf.N_FFT // 2  # the sample ola[0] is
+            need = (ready - 1) * sf.HOP + sf.N_FFT // 2 - base
             if need > len(self.ola):
-                self.ola = np.concatenate([self.ola, np.zeros(need - len(self.ola) + 16 * sf.HOP, np.float32)])
-            self.ola[off:off + sf.N_FFT] += self._window(t)
-            self.done += 1
-        # output sample n (from n = 0) is ola index n + N_FFT/2 - emitted... kept relative: the
-        # buffer's index 0 is sample emitted - N_FFT/2
-        end = self.done * sf.HOP - sf.N_FFT // 2 if not final else self.done * sf.HOP
+                self.ola = np.concatenate([self.ola, np.zeros(need - len(self.ola), np.float32)])
+            for piece, t in zip(pieces, frames):
+                off = t * sf.HOP - sf.N_FFT // 2 - base
+                self.ola[off:off + sf.N_FFT] += piece
+            self.done = ready
+        end = self.done * sf.HOP if final else self.done * sf.HOP - sf.N_FFT // 2
         count = max(0, end - self.emitted)
         out = self.ola[sf.N_FFT // 2: sf.N_FFT // 2 + count] / OLA_NORM * sf.TEACHER_GAIN
-        self.ola = np.concatenate([self.ola[count:], np.zeros(count, np.float32)])
+        self.ola = self.ola[count:]
         self.emitted += count
+        self._forget()
         return out.astype(np.float32)
+
+    def _forget(self) -> None:
+        """Drop frames and pulse samples no window needs any more (a long sentence stays cheap)."""
+        keep_from = max(0, min(self.done, self.pulsed) - 2)
+        if keep_from > self.first:
+            cut = keep_from - self.first
+            self.f0, self.unharmonic, self.envelope = self.f0[cut:], self.unharmonic[cut:], self.envelope[cut:]
+            self.first = keep_from
+        drop = (self.done * sf.HOP - sf.N_FFT // 2) - self.pulse_start
+        if drop > 0:
+            self.pulse = self.pulse[drop:]
+            self.pulse_start += drop
 
 
 _LOADED: dict[str, "SfVoice"] = {}
@@ -167,11 +186,13 @@ class SfVoice:
             durations[len(ids) // 2] = 1
         return regulate(x, durations, p)
 
-    def stream(self, cond: np.ndarray, cancelled=lambda: False, seed: int = 0) -> Iterator[np.ndarray]:
-        """8 kHz float samples, a step's worth at a time."""
+    def stream(self, cond: np.ndarray, cancelled=lambda: False, seed: int = 0,
+               pitch: float = 0.0) -> Iterator[np.ndarray]:
+        """8 kHz float samples, a step's worth at a time; `pitch` shifts F0 in semitones."""
         dsp = SourceFilterStream(seed)
+        shift = 2.0 ** (pitch / 12)
         for out in self.frames(cond, cancelled):
-            f0 = np.where(out[:, 1] > 0, np.exp(out[:, 0] + LOG_F0_MEAN), 0.0)
+            f0 = np.where(out[:, 1] > 0, np.exp(out[:, 0] + LOG_F0_MEAN) * shift, 0.0)
             dsp.add(f0, out[:, 2:].reshape(len(out), 3, sf.N_COEF))
             samples = dsp.samples()
             if len(samples):

@@ -117,9 +117,9 @@ class SfTts(SsmTts):
         self.voices = load_sf_voice(SF_VOICE_FILES[voice])
         self.voice = voice
         self.speed = speed
-        self.pitch = pitch  # not applied yet: the decoder predicts F0 itself
+        self.pitch = pitch
         self.g2p = self.voices.g2p()
 
     def sentence(self, text: str, stop: threading.Event):
         for ids in self.g2p(text):
-            yield from self.voices.stream(self.voices.plan(ids, self.speed), cancelled=stop.is_set)
+            yield from self.voices.stream(self.voices.plan(ids, self.speed), cancelled=stop.is_set, pitch=self.pitch)
