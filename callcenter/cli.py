@@ -179,6 +179,9 @@ def cmd_flows_check(args) -> int:
 def cmd_tui(args) -> int:
     from callcenter.supervisor.tui import run_tui
 
+    if args.token is not None:
+        raise CliError("the token is not taken on the command line, where every user sees it in `ps`: "
+                       "put it in a file (--token-file F) or in $CALLCENTER_TOKEN")
     urls = list(args.connect or [])
     recordings = Path(args.recordings)
     try:
@@ -366,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token-file", default=None, metavar="FILE",
                    help="read the API token from FILE (default: $CALLCENTER_TOKEN, else "
                         "recordings/.control-token); never on the command line, where `ps` shows it")
+    s.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: see cmd_tui
     s.add_argument("--recordings", default="recordings", help="where to look for .control-token")
     s.add_argument("--config", default=None, help="connect to every worker of `serve --workers N` with this config")
     s.add_argument("--workers", type=int, default=1, help="with --config: how many workers")
