@@ -366,18 +366,17 @@ class Agent:
             live.log.warning("sip_call_not_acked", after_s=ANSWER_TIMEOUT_S, remote=live.remote_uri)
             self.endpoint.call_soon(live.call.terminate_unanswered)
 
-    @property
-    def other_calls(self) -> int:
+    def other_calls(self, exclude: LiveCall | None = None) -> int:
         """Connected calls that are not on a SIP line (browser callers): they count toward the same
         cap as SIP calls. A browser offer still connecting takes no slot."""
-        return sum(1 for live in list(self.live.values()) if live.transport != "sip" and live.task is not None)
+        return sum(1 for live in list(self.live.values())
+                   if live.transport != "sip" and live.task is not None and live is not exclude)
 
     def full(self, exclude: LiveCall | None = None) -> bool:
         """Has the process all the calls it may take, SIP and browser together? Browser calls count
         once connected (and `exclude` not at all); each kind has its own cap as well."""
         sip = sum(1 for live in list(self.live.values()) if live.transport == "sip")
-        browser = sum(1 for live in list(self.live.values())
-                      if live.transport != "sip" and live.task is not None and live is not exclude)
+        browser = self.other_calls(exclude)
         webrtc_cap = self.config.webrtc.max_calls if self.config.webrtc else 0
         return sip + browser >= self.config.max_calls or (exclude is not None and browser >= webrtc_cap)
 
@@ -428,7 +427,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        self.endpoint = SipEndpoint(self.config, loop, self._on_incoming, lambda: self.other_calls)
+        self.endpoint = SipEndpoint(self.config, loop, self._on_incoming, self.other_calls)
         self.endpoint.start()
         background: list[asyncio.Task] = [asyncio.create_task(self.flows.watch())]
         if self.config.warm_prompts and self.config.prompt_cache_mb:

@@ -34,7 +34,8 @@ def purge_recordings(root: str | Path, days: float, now: float | None = None) ->
         if stat.S_ISDIR(info.st_mode):
             for f in sorted(day.iterdir()):
                 try:
-                    if f.lstat().st_mtime < cutoff and not stat.S_ISDIR(f.lstat().st_mode):
+                    info = f.lstat()
+                    if info.st_mtime < cutoff and not stat.S_ISDIR(info.st_mode):
                         f.unlink()
                         removed.append(f)
                 except OSError as exc:

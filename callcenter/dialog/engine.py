@@ -239,9 +239,12 @@ class Dialog:
         """Is the caller being asked for a sensitive value right now?"""
         if self.finished or self.waiting != "caller":
             return False
-        target = self._digit_target(self.node)
-        return bool(target and target.sensitive) or isinstance(self.node, AskNode) and any(
-            self.node.slots[s].is_sensitive for s in self._missing_slots(self.node)[:1])
+        return self._asks_sensitive(self.node, self._digit_target(self.node))
+
+    def _asks_sensitive(self, node, target: "_DigitTarget | None") -> bool:
+        """Does `node` now ask for a sensitive value (its digit target, or its next missing slot)?"""
+        return bool(target and target.sensitive) or isinstance(node, AskNode) and any(
+            node.slots[s].is_sensitive for s in self._missing_slots(node)[:1])
 
     def _keep(self, name: str, value: Any) -> Any:
         """Store a captured value; a sensitive one becomes a secret of this call. Returns what may
@@ -344,10 +347,8 @@ class Dialog:
                 kind = "yes_no"
             else:
                 kind = "speech"
-        sensitive = bool(target and target.sensitive) or isinstance(node, AskNode) and any(
-            node.slots[s].is_sensitive for s in self._missing_slots(node)[:1])
-        return Listen(node.end_silence_ms, node.timeout_s, expect, kind,
-                      target.min_length if target else 0, target.max_length if target else 0, sensitive)
+        return Listen(node.end_silence_ms, node.timeout_s, expect, kind, target.min_length if target else 0,
+                      target.max_length if target else 0, self._asks_sensitive(node, target))
 
     def _digit_target(self, node) -> _DigitTarget | None:
         if not isinstance(node, AskNode):

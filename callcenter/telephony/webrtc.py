@@ -490,7 +490,7 @@ class WebRtcGateway:
             log.warning("webrtc_busy", remote=remote, calls=len(self.peers), max_calls=self.max_calls)
             return web.json_response({"error": "busy", "message": BUSY_MESSAGE}, status=503,
                                      headers={"Retry-After": "60"})
-        sdp, dropped = keep_candidates(body["sdp"], lambda address: self._may_reach(address, remote))
+        sdp, dropped = keep_candidates(body["sdp"], self._reachable(remote))
         if dropped:
             log.warning("webrtc_candidates_dropped", remote=remote, addresses=dropped[:8])
         self._answering += 1  # two offers at once cannot both pass the cap
@@ -510,17 +510,22 @@ class WebRtcGateway:
     def connected_calls(self) -> int:
         return sum(1 for p in self.peers.values() if p.connected)
 
-    def _may_reach(self, address: str, remote: str) -> bool:
-        """May the agent send media (and STUN) to `address`, offered by a browser at `remote`?"""
+    def _reachable(self, remote: str) -> Callable[[str], bool]:
+        """Which addresses the agent may send media (and STUN) to for a browser at `remote`."""
         import ipaddress
 
-        if address == remote:
-            return True
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return ip in own_addresses() or any(ip in net for net in self.peer_networks)
+        own = own_addresses()
+
+        def may_reach(address: str) -> bool:
+            if address == remote:
+                return True
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                return False
+            return ip in own or any(ip in net for net in self.peer_networks)
+
+        return may_reach
 
     async def _drop(self, peer: WebRtcPeer, why: str) -> None:
         log.warning("webrtc_offer_dropped", call_id=peer.call_id, remote=peer.remote, reason=why)

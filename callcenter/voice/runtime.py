@@ -115,6 +115,27 @@ def scan_fn(b: _Block, k: int):
     return scan
 
 
+def conv_layer(p: dict, prefix: str, x: np.ndarray) -> np.ndarray:
+    """`model.ConvLayer`: x + gelu(conv(x)), layer-normalised; x: (L, D)."""
+    y = _conv_same(x, p[f"{prefix}.conv.weight"], p[f"{prefix}.conv.bias"])
+    return _layer_norm(x + _gelu(y), p[f"{prefix}.norm.weight"], p[f"{prefix}.norm.bias"])
+
+
+def predict(p: dict, prefix: str, x: np.ndarray) -> np.ndarray:
+    """`model.Predictor`: two conv layers and a linear read-out, one number per id."""
+    for k in range(2):
+        x = conv_layer(p, f"{prefix}.layers.{k}", x)
+    return (x @ p[f"{prefix}.out.weight"].T + p[f"{prefix}.out.bias"])[:, 0]
+
+
+def frames_per_id(log_dur: np.ndarray, speed: float) -> np.ndarray:
+    """Predicted log(1 + frames) → whole frames at `speed`; never an empty sentence."""
+    durations = np.maximum(np.round((np.exp(log_dur) - 1) / speed), 0).astype(int)
+    if durations.sum() == 0:
+        durations[len(durations) // 2] = 1
+    return durations
+
+
 def regulate(x: np.ndarray, durations: np.ndarray, p: dict) -> np.ndarray:
     """Length regulation as in training (`model.regulate`): states repeated per frame, each told
     where it is inside its phoneme."""
@@ -192,31 +213,19 @@ class SsmVoices:
             raise KeyError(f"unknown voice {name!r} (known: {', '.join(self.voices)})") from None
 
     # ---- text side -------------------------------------------------------------------------------
-    def _conv_layer(self, prefix: str, x: np.ndarray) -> np.ndarray:
-        p = self.p
-        y = _conv_same(x, p[f"{prefix}.conv.weight"], p[f"{prefix}.conv.bias"])
-        return _layer_norm(x + _gelu(y), p[f"{prefix}.norm.weight"], p[f"{prefix}.norm.bias"])
-
-    def _predict(self, prefix: str, x: np.ndarray) -> np.ndarray:
-        for k in range(2):
-            x = self._conv_layer(f"{prefix}.layers.{k}", x)
-        return (x @ self.p[f"{prefix}.out.weight"].T + self.p[f"{prefix}.out.bias"])[:, 0]
-
     def encode(self, ids: list[int], voice: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Encoder states (L, D), log(1 + frames) and normalised pitch per id."""
         p = self.p
         x = p["embed.weight"][np.asarray(ids)] + p["voice_embed.weight"][voice]
         for k in range(self.config["encoder_layers"]):
-            x = self._conv_layer(f"encoder.{k}", x)
-        return x, self._predict("duration", x), self._predict("pitch", x)
+            x = conv_layer(p, f"encoder.{k}", x)
+        return x, predict(p, "duration", x), predict(p, "pitch", x)
 
     def plan(self, ids: list[int], voice: int, speed: float = 1.0, pitch_shift: float = 0.0) -> np.ndarray:
         """(T, D) decoder conditioning for one sentence; `speed` > 1 is faster, `pitch_shift` in semitones."""
         p = self.p
         x, log_dur, pitch = self.encode(ids, voice)
-        durations = np.maximum(np.round((np.exp(log_dur) - 1) / speed), 0).astype(int)
-        if durations.sum() == 0:
-            durations[len(ids) // 2] = 1
+        durations = frames_per_id(log_dur, speed)
         pitch = pitch + pitch_shift * math.log(2) / 12 / p["pitch_stats"][voice, 1]
         return self.condition(x, pitch, durations)
 

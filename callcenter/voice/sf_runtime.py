@@ -17,8 +17,8 @@ from typing import Iterator
 import numpy as np
 
 from callcenter.voice import source_filter as sf
-from callcenter.voice.runtime import (FRAMES_PER_STEP, Recurrence, VoiceFileError, _conv_same, _gelu, _layer_norm,
-                                      load_block, regulate, scan_fn)
+from callcenter.voice.runtime import (FRAMES_PER_STEP, Recurrence, VoiceFileError, conv_layer, frames_per_id,
+                                      load_block, predict, regulate, scan_fn)
 
 LOG_F0_MEAN = 5.3
 LAG_FRAMES = 3  # F0 interpolation (one frame ahead) and the 50 ms window (two frames each side)
@@ -166,25 +166,13 @@ class SfVoice:
         self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
         self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
 
-    def _conv_layer(self, prefix: str, x: np.ndarray) -> np.ndarray:
-        p = self.p
-        y = _conv_same(x, p[f"{prefix}.conv.weight"], p[f"{prefix}.conv.bias"])
-        return _layer_norm(x + _gelu(y), p[f"{prefix}.norm.weight"], p[f"{prefix}.norm.bias"])
-
     def plan(self, ids: list[int], speed: float = 1.0) -> np.ndarray:
         """(T, D) decoder conditioning for one phrase of hibari phoneme ids."""
         p = self.p
         x = p["embed.weight"][np.asarray(ids)]
         for k in range(self.config["encoder_layers"]):
-            x = self._conv_layer(f"encoder.{k}", x)
-        d = x
-        for k in range(2):
-            d = self._conv_layer(f"duration.layers.{k}", d)
-        log_dur = (d @ p["duration.out.weight"].T + p["duration.out.bias"])[:, 0]
-        durations = np.maximum(np.round((np.exp(log_dur) - 1) / speed), 0).astype(int)
-        if durations.sum() == 0:
-            durations[len(ids) // 2] = 1
-        return regulate(x, durations, p)
+            x = conv_layer(p, f"encoder.{k}", x)
+        return regulate(x, frames_per_id(predict(p, "duration", x), speed), p)
 
     def stream(self, cond: np.ndarray, cancelled=lambda: False, seed: int = 0,
                pitch: float = 0.0) -> Iterator[np.ndarray]:
