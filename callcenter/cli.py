@@ -8,12 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+from callcenter.errors import CallcenterError
 from callcenter import logs
 from callcenter.telephony.kamailio import PIKE_DENSITY, PIKE_UNIT_S
 from callcenter.yamlfile import UserFileError
 
 
-class CliError(Exception):
+class CliError(CallcenterError):
     pass
 
 
@@ -38,7 +39,7 @@ def cmd_simulate(args) -> int:
             raise CliError(f"{s.wav}: no such file")
     stt = WhisperStt(args.stt_model)
     tts = make_tts(flow.voice)
-    from callcenter.hearing.linesim import EchoPath
+    from callcenter.call.caller import EchoPath
 
     echo = EchoPath(gain_db=-args.echo_loss) if args.echo_loss is not None else None
     result, events = asyncio.run(simulate_call(flow, steps, Path(args.out), stt, tts, echo=echo))
@@ -52,8 +53,9 @@ def cmd_say(args) -> int:
     from pydantic import ValidationError
 
     from callcenter.audio.wavfile import write_wav
-    from callcenter.voice.ambience import Ambience, ambience_settings
-    from callcenter.voice.speaker import DEFAULT_VOICE, VoiceSettings, make_tts
+    from callcenter.voice.ambience import Ambience
+    from callcenter.voice.settings import DEFAULT_VOICE, VoiceSettings, ambience_settings
+    from callcenter.voice.speaker import make_tts
 
     try:
         settings = VoiceSettings(name=args.voice or DEFAULT_VOICE, speed=args.speed, pitch=args.pitch)
@@ -75,7 +77,7 @@ DEFAULT_TRAIN_VOICES = "joe=piper:joe,awb=flite:awb,slt=flite:slt"
 
 
 def cmd_voice_list(args) -> int:
-    from callcenter.voice.speaker import known_voices
+    from callcenter.voice.settings import known_voices
     from callcenter.voice.ssm_tts import load_voices
 
     from callcenter.voice.ssm_tts import sf_voices
@@ -159,7 +161,7 @@ def cmd_kamailio_config(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from callcenter.demo import run_demo
+    from callcenter.lab.demo import run_demo
 
     return run_demo(args.config, args.flow, Path(args.out))
 
@@ -214,7 +216,7 @@ def cmd_test(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from callcenter.bench import bench_call
+    from callcenter.lab.bench.call import bench_call
 
     report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent,
                         prompt_cache_mb=args.prompt_cache_mb, stagger_s=args.stagger_s,
@@ -224,7 +226,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_bench_soak(args) -> int:
-    from callcenter.bench import bench_soak
+    from callcenter.lab.bench.call import bench_soak
 
     report = bench_soak(args.minutes, args.calls, args.workers, args.flow, Path(args.json),
                         memory_trim_s=args.memory_trim_s, redial_s=args.redial_s)
@@ -233,7 +235,7 @@ def cmd_bench_soak(args) -> int:
 
 
 def cmd_bench_webrtc(args) -> int:
-    from callcenter.bench import bench_webrtc
+    from callcenter.lab.bench.call import bench_webrtc
 
     report = bench_webrtc(calls=args.calls, flow=args.flow, out=Path(args.json), codec=args.codec)
     print(json.dumps(report["summary"], indent=2))
@@ -241,7 +243,7 @@ def cmd_bench_webrtc(args) -> int:
 
 
 def cmd_bench_tts(args) -> int:
-    from callcenter.voice.bench import run_tts_bench
+    from callcenter.lab.bench.voice import run_tts_bench
 
     report = run_tts_bench(Path(args.json), args.sentences, args.voices.split(",") if args.voices else None,
                            references=not args.no_references,
@@ -252,7 +254,7 @@ def cmd_bench_tts(args) -> int:
 
 
 def cmd_bench_nlu(args) -> int:
-    from callcenter.dialog.bench import run_nlu_bench
+    from callcenter.lab.bench.dialog import run_nlu_bench
 
     report = run_nlu_bench(Path(args.json))
     print(json.dumps({k: ({m: v for m, v in r.items() if m != "wrong_cases"} if isinstance(r, dict) else r)
@@ -261,7 +263,7 @@ def cmd_bench_nlu(args) -> int:
 
 
 def cmd_bench_stt(args) -> int:
-    from callcenter.hearing.bench import PARTS, run_stt_bench
+    from callcenter.lab.bench.hearing import PARTS, run_stt_bench
 
     try:
         parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
@@ -442,18 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(args.log_level)
-    from callcenter.audio.wavfile import AudioFileError
-    from callcenter.hearing.stt import SttError
-    from callcenter.telephony.softphone import SoftphoneError
-    from callcenter.voice.espeak import TtsError
-    from callcenter.voice.runtime import VoiceFileError
-    from callcenter.voice.phonemes import PhonemizerError
-    from callcenter.dialog.embed import EmbeddingError
 
     try:
         return args.fn(args)
-    except (UserFileError, CliError, AudioFileError, SttError, TtsError, SoftphoneError, VoiceFileError,
-            PhonemizerError, EmbeddingError) as exc:
+    except CallcenterError as exc:
         print(f"callcenter: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
+from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, load_flow
 from callcenter.dialog.services import FlowServices
 from callcenter.yamlfile import UserFileError, load_model
@@ -232,7 +232,7 @@ class TextCall:
 
     async def _caller(self, step: Step) -> None:
         d = self.dialog
-        if self.ended or d.waiting not in ("caller",):
+        if self.ended or d.waiting != Waiting.CALLER:
             self.out.fail(f"the caller's step {step.model_dump(exclude_none=True)} came when the agent was not "
                           f"listening (node {d.node_name!r})")
             self.ended = True
@@ -240,7 +240,7 @@ class TextCall:
         if step.keys is not None:
             for key in step.keys:
                 await self._carry_out(d.on_dtmf(key))
-                if self.ended or d.waiting != "caller":
+                if self.ended or d.waiting != Waiting.CALLER:
                     break
             return
         if step.silence is not None:
@@ -296,10 +296,10 @@ async def run_audio(flow: Flow, scenario: Scenario, variables: dict, services: F
                     out_dir: Path, stt, tts) -> Outcome:
     from callcenter.audio.frames import float_to_pcm
     from callcenter.audio.wavfile import write_wav
-    from callcenter.bench import turn_latencies
+    from callcenter.call.latency import turn_latencies
     from callcenter.call.events import AGENT_SAY, read_events
     from callcenter.call.simulate import CallerStep, SimulatedLine, simulate_call
-    from callcenter.hearing.linesim import speak
+    from callcenter.call.caller import speak
 
     out = Outcome(scenario.name)
     steps: list[CallerStep] = []

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import signal
 import time
 import uuid
 import zlib
-from pathlib import Path
 
 import structlog
 
 from callcenter.call.bridge import MediaBridge
+from callcenter.call.call_metrics import CallMetrics
 from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
@@ -54,10 +55,15 @@ class LiveCall:
         self.agent = agent
         self.call_id = call_id
         self.remote_uri = remote_uri
-        self.log = log.bind(call_id=self.call_id)
+        self.log = log.bind(call_id=self.call_id)  # for callbacks from the transport's thread
+        # everything the call's task runs (the session, webhooks, models, and tasks they start) logs
+        # with call_id without being handed a logger
+        self.context = contextvars.copy_context()
+        self.context.run(structlog.contextvars.bind_contextvars, call_id=self.call_id, transport=self.transport)
         loop = asyncio.get_running_loop()
         self.recorder: StereoRecorder | None = None  # made once media flows (on_confirmed)
         self.events = CallEvents(self.call_id)
+        agent.metrics.watch(self.events, self.transport)
         flow = agent.flows.current  # this call keeps this version even if the file changes meanwhile
         ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
         self.bridge = MediaBridge(loop, None, ambience)
@@ -85,7 +91,7 @@ class LiveCall:
             self.events.open(jsonl)
         except OSError as exc:  # a full disk or a name already taken: the call goes on, unrecorded
             self.log.error("recording_failed", error=str(exc))
-        self.task = asyncio.create_task(self._run())
+        self.task = asyncio.create_task(self._run(), context=self.context)
 
     def on_disconnected(self, code: int, reason: str) -> None:
         self.log.info("call_disconnected", code=code, reason=reason)
@@ -341,6 +347,21 @@ class Agent:
         self.webrtc = None  # the browser callers' gateway, when configured
         self._services: FlowServices | None = None
         self.memory = MemoryKeeper(config.memory_trim_s)
+        self.metrics = CallMetrics(self._active_calls, self._rejected_calls)
+
+    def _active_calls(self) -> dict[tuple[str, ...], float]:
+        out = {("sip",): 0, ("webrtc",): 0}
+        for live in list(self.live.values()):
+            if not live.ended:
+                out[(live.transport,)] = out.get((live.transport,), 0) + 1
+        return out
+
+    def _rejected_calls(self) -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for transport, source in (("sip", self.endpoint), ("webrtc", self.webrtc)):
+            for reason, n in dict(getattr(source, "rejected", {}) or {}).items():
+                out[(transport, reason)] = n
+        return out
 
     def services_for(self, flow) -> FlowServices:
         """One set of webhook/model services per flow version, shared by its calls: the offline
@@ -503,82 +524,3 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     except SipError as exc:
         raise SystemExit(f"callcenter: {exc}") from None
     return 0
-
-
-class AgentProcess:
-    """`callcenter serve` as a child process on its own SIP port and recordings folder (tests,
-    benchmarks, the demo)."""
-
-    def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
-                 max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
-                 token: str | None = None, extra_config: str = "", webrtc_port: int | None = None,
-                 webrtc_max_calls: int = 2):
-        import sys
-
-        self.dir = Path(workdir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.recordings = Path(recordings).resolve() if recordings else self.dir / "recordings"
-        self.config = self.dir / "sip.yaml"
-        self.config.write_text(
-            f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\nmax_calls: {max_calls}\n"
-            f"recordings: {self.recordings}\n"
-            + (f"control: {{host: 127.0.0.1, port: {control_port}}}\n" if control_port is not None else "")
-            + (f"webrtc: {{host: 127.0.0.1, port: {webrtc_port}, max_calls: {webrtc_max_calls}, "
-               f"candidates: [127.0.0.1]}}\n" if webrtc_port is not None else "")
-            + extra_config
-        )
-        self.control_url = f"http://127.0.0.1:{control_port}" if control_port is not None else None
-        self.webrtc_url = f"http://127.0.0.1:{webrtc_port}" if webrtc_port is not None else None
-        self.token = token
-        self.sip_port = sip_port
-        self.rtp_port = rtp_port
-        self.uri = f"sip:agent@127.0.0.1:{sip_port}"
-        self.log_path = self.dir / "agent.log"
-        self.cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(self.config), "--flow", str(flow)]
-        self.proc = None
-
-    def start(self, timeout: float = 90) -> "AgentProcess":
-        import subprocess
-        import time
-
-        import os
-
-        env = dict(os.environ, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
-        # a restart appends to the same log: only this run's lines say it is ready
-        started_at = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"), env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log()[started_at:]
-            if '"sip_listening"' in text and (self.control_url is None or '"control_listening"' in text) \
-                    and (self.webrtc_url is None or '"webrtc_listening"' in text):
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-        raise RuntimeError(f"agent did not start listening within {timeout} s:\n{self.log()[-3000:]}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def warmed(self) -> bool:
-        """Has the agent synthesised its flow's fixed prompts (`prompts_warmed`)?"""
-        return '"prompts_warmed"' in self.log()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
-
-    def kill(self) -> None:
-        """kill -9, as a crash would."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def calls(self) -> list[Path]:
-        return sorted(self.recordings.glob("*/*.jsonl"))

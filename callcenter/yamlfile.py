@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from callcenter.errors import CallcenterError
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -26,7 +28,7 @@ YamlLoader.add_implicit_resolver(
 )
 
 
-class UserFileError(ValueError):
+class UserFileError(CallcenterError, ValueError):
     """One or more problems in a user file, each as `file:line:col: message`."""
 
     def __init__(self, problems: list[str]):

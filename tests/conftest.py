@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from callcenter.telephony.softphone import flite_voice
+from callcenter.voice.flite import flite_voice
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOW = ROOT / "flows" / "support.yaml"
@@ -39,6 +39,33 @@ def wait_for(predicate, timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+CONTROL_TOKEN = "test-control-token-0c1"
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(agent) -> dict[str, dict[tuple, float]]:
+    """GET /metrics as Prometheus would, parsed by prometheus_client's own parser: metric name →
+    {sorted label items: value} (histograms as name_bucket, name_count, name_sum)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    req = urllib.request.Request(agent.control_url + "/metrics", headers={"Authorization": f"Bearer {CONTROL_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
 
 
 def rtp_base() -> int:
@@ -84,10 +111,11 @@ def flow():
 
 @pytest.fixture
 def agent(tmp_path):
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
 
-    # memory trimmed every 2 s (not 60) so that the SIP tests run it between and during calls
-    proc = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
-                        extra_config="memory_trim_s: 2\n").start()
+    # memory trimmed every 2 s (not 60) so that the SIP tests run it between and during calls; the
+    # control API on so that they can scrape /metrics
+    proc = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                        token=CONTROL_TOKEN, extra_config="memory_trim_s: 2\n").start()
     yield proc
     proc.stop()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
-from callcenter.voice.ambience import Ambience, AmbienceSettings, ambience_settings
+from callcenter.voice.ambience import Ambience
+from callcenter.voice.settings import AmbienceSettings, ambience_settings
 
 SILENCE = bytes(FRAME_BYTES)
 

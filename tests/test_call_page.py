@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from callcenter.call.events import read_events
-from callcenter.server import AgentProcess
-from callcenter.telephony.softphone import caller_audio
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.softphone import caller_audio
 from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 CHROMIUM = "/usr/bin/chromium"

@@ -6,8 +6,8 @@ import pytest
 
 from callcenter.audio import g711
 from callcenter.audio.frames import float_to_pcm, frames_from_pcm
-from callcenter.hearing.linesim import speak
-from callcenter.telephony.dtmf import KEYS, InbandDtmf, dtmf_tone
+from callcenter.call.caller import speak
+from callcenter.hearing.dtmf import KEYS, InbandDtmf, dtmf_tone
 
 ALL_KEYS = "".join(KEYS)
 
@@ -59,7 +59,7 @@ def test_no_false_keys_in_speech(speech):
 
 def test_no_false_keys_in_ten_minutes_of_caller_speech():
     """Talk-off on the whole evaluation set: 240 utterances, about 13 minutes, clean and noisy."""
-    from callcenter.hearing.bench import EVAL_DIR, _samples, load_manifest
+    from callcenter.lab.bench.hearing import EVAL_DIR, _samples, load_manifest
 
     if not (EVAL_DIR / "manifest.jsonl").exists():
         pytest.skip("needs ../shared/eval")

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from callcenter.call.events import read_events
-from callcenter.server import AgentProcess
+from callcenter.lab.agent_process import AgentProcess
 from tests.conftest import FLOW, free_udp_port, rtp_base
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]

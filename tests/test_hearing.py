@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from callcenter.audio.frames import AudioFrame, float_to_pcm
-from callcenter.dialog.digits import digit_runs, spoken_digits
+from callcenter.text.digits import digit_runs, spoken_digits
 from callcenter.hearing.echo import EchoCanceller
 from callcenter.hearing.front import HearingConfig
-from callcenter.hearing.linesim import EchoPath, active_rms, babble, noise_at, place, speak
-from callcenter.hearing.replay import replay
+from callcenter.call.caller import EchoPath, speak
+from callcenter.lab.linesim import active_rms, babble, noise_at, place
+from callcenter.lab.replay import replay
 from callcenter.hearing.stt import drop_repeats
 from callcenter.hearing.turns import (BargeIn, Ended, Expectation, Resume, Started, TurnConfig,
                                      is_backchannel)

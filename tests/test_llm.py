@@ -250,7 +250,7 @@ def test_model_sentences_are_spoken_while_it_writes(tmp_path, stt, tts, monkeypa
             wav = tmp_path / "q.wav"
             from callcenter.audio.frames import float_to_pcm
             from callcenter.audio.wavfile import write_wav
-            from callcenter.hearing.linesim import speak
+            from callcenter.call.caller import speak
 
             write_wav(wav, float_to_pcm(speak("Is there an outage in my area?", "flite:slt")))
             result, events = await simulate_call(flow, [CallerStep(wav=wav)], tmp_path / "call", stt, tts)

@@ -58,7 +58,7 @@ def drain(sock: socket.socket, seconds: float) -> list[bytes]:
 @pytest.fixture(scope="module")
 def balancer(tmp_path_factory):
     """A worker behind a Kamailio that authenticates callers (alice only)."""
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
 
     d = tmp_path_factory.mktemp("kam")
     agent = AgentProcess(d / "agent", free_udp_port(), rtp_base(), ROOT / "flows" / "support.yaml").start()
@@ -215,7 +215,7 @@ class EventTap:
 
 @pytest.fixture(scope="module")
 def pay_agent(tmp_path_factory):
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
 
     d = tmp_path_factory.mktemp("pay")
     recordings = d / "recordings"
@@ -234,7 +234,7 @@ def pay_agent(tmp_path_factory):
 @pytest.mark.sip
 @pytest.mark.skipif(not shutil.which("baresip") or not shutil.which("flite"), reason="baresip and flite needed")
 def test_card_numbers_keyed_or_spoken_appear_nowhere(pay_agent, tmp_path, caller_voice):
-    from callcenter.telephony.softphone import Softphone
+    from callcenter.lab.softphone import Softphone
 
     agent = pay_agent
     tap = EventTap(agent.control_url)
@@ -464,8 +464,8 @@ def test_offers_that_never_connect_cannot_hold_slots_or_aim_stun(tmp_path):
     keep coming; a real caller from 127.0.0.1 still gets through every time, nothing is recorded
     for the dead offers, and no STUN reaches the address the attacker chose. Then one cap for all
     transports: two browser calls and the process's last slot on SIP, then 486."""
-    from callcenter.server import AgentProcess
-    from callcenter.telephony.browser_caller import BrowserCaller
+    from callcenter.lab.agent_process import AgentProcess
+    from callcenter.lab.browser_caller import BrowserCaller
 
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), ROOT / "flows" / "support.yaml",
                          webrtc_port=free_tcp_port(), webrtc_max_calls=2, max_calls=3).start()
@@ -676,7 +676,7 @@ def test_expressions_that_overflow_or_nest_deeply_are_expression_errors():
 
 @pytest.mark.sip
 def test_options_and_message_from_outside_the_acl_are_forbidden(tmp_path):
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
 
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), ROOT / "flows" / "support.yaml",
                          extra_config="acl: [127.0.0.1/32]\n").start()

@@ -46,7 +46,7 @@ def test_caller_step_parsing():
 
 
 def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
-    from callcenter.voice.speaker import VoiceSettings
+    from callcenter.voice.settings import VoiceSettings
 
     nodes = dict(flow.nodes)
     nodes["technical_answer"] = nodes["technical_answer"].model_copy(
@@ -61,7 +61,7 @@ def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
 
 def test_echo_of_the_agent_is_not_a_caller(flow, stt, tts, tmp_path):
     """The agent's own voice comes back 15 dB down on the caller's line: no pause, no barge-in."""
-    from callcenter.hearing.linesim import EchoPath
+    from callcenter.call.caller import EchoPath
 
     result, _ = asyncio.run(simulate_call(flow, [CallerStep(digit="1"), CallerStep(digit="2")], tmp_path, stt,
                                           tts, call_id="sim", echo=EchoPath(gain_db=-15)))

@@ -15,8 +15,9 @@ from callcenter.audio.wavfile import read_wav, write_wav
 from callcenter.call.simulate import CallerStep, simulate_call
 from callcenter.call.events import read_events
 from callcenter.call.recording import repair_wav
-from callcenter.telephony.softphone import Softphone, caller_audio
-from tests.conftest import wait_for
+from callcenter.lab.softphone import Softphone, caller_audio
+from callcenter.call.latency import turn_latencies
+from tests.conftest import scrape, wait_for
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 
@@ -73,6 +74,22 @@ def test_billing_call_by_voice(agent, caller_voice, stt, tts, flow, tmp_path):
     assert 20 < seconds < 40
     assert np.abs(stereo[:, 0]).max() > 1000 and np.abs(stereo[:, 1]).max() > 1000  # both sides recorded
 
+    # Prometheus's view of the same call
+    m = scrape(agent)
+    assert m["callcenter_calls_total"][(("transport", "sip"),)] == 1
+    assert m["callcenter_calls_active"][(("transport", "sip"),)] == 0
+    answered = len(turn_latencies(events))  # what `bench call` reads from the JSONL
+    assert answered >= 1 and m["callcenter_turns_total"][()] == answered
+    v2v = (("stage", "voice_to_voice"),)
+    assert m["callcenter_turn_stage_seconds_count"][v2v] == answered
+    assert 0.1 < m["callcenter_turn_stage_seconds_sum"][v2v] / answered < 3.0
+    assert m["callcenter_turn_stage_seconds_bucket"][(("le", "+Inf"), ("stage", "voice_to_voice"))] == answered
+    media = next(e for e in events if e["kind"] == "media")
+    assert m["callcenter_frames_sent_total"][()] == media["frames_out"] > 500
+    assert m["callcenter_frames_late_total"][()] == media["late_frames"]
+    assert m["callcenter_resident_memory_bytes"][()] > 50e6
+    assert m["callcenter_worker_restarts"][(("worker", ""),)] == 0
+
     # the same caller offline: her audio as the line delivered it (one G.711 µ-law trip)
     line_bill = tmp_path / "bill-ulaw.wav"
     write_wav(line_bill, ulaw_roundtrip(read_wav(bill)))
@@ -122,6 +139,8 @@ def test_fifth_simultaneous_call_is_rejected(agent, tmp_path):
     assert int(row["FailedCall(C)"]) == 1
     assert "486" in (tmp_path / "err.log").read_text()
     assert "sip_call_rejected" in agent.log() or "486" in (tmp_path / "err.log").read_text()
+    rejected = scrape(agent)["callcenter_calls_rejected_total"]
+    assert rejected == {(("reason", "max_calls"), ("transport", "sip")): 1.0}
     assert len(agent.calls()) == 4  # four recorded calls, each ended by the caller's BYE, promptly
     assert wait_for(lambda: all(read_events(j)[-1]["kind"] == "call_end" for j in agent.calls()), 3), \
         [read_events(j)[-1]["kind"] for j in agent.calls()]
@@ -155,7 +174,7 @@ def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):
 def test_calls_from_outside_the_acl_are_forbidden(tmp_path):
     if not shutil.which("sipp"):
         pytest.skip("sipp is not installed")
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
     from tests.conftest import FLOW, free_udp_port, rtp_base
 
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,

@@ -4,6 +4,7 @@ RTP garbage at the agent's media ports during a call. Nothing may crash the agen
 caller on the line keeps a working call, and the next caller is answered as usual. All traffic stays
 on 127.0.0.1 (every address in the messages is loopback)."""
 
+import json
 import random
 import re
 import shutil
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from callcenter.call.events import read_events
-from callcenter.telephony.softphone import Softphone, caller_audio
+from callcenter.lab.softphone import Softphone, caller_audio
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 
@@ -350,6 +351,12 @@ def test_torture_fuzz_and_rtp_garbage_leave_calls_working(agent, tmp_path):
     decisions = [e.get("intent") for e in legit[0] if e["kind"] == "flow_decision"]
     assert decisions[:1] == ["technical"]
     assert any(e["kind"] == "first_rtp_out" for e in legit[0])
+    # the log stays JSON lines, pjsip's complaints about the garbage included (as `pjsip` events);
+    # a call's lines carry its call_id
+    lines = [json.loads(line) for line in agent.log().splitlines() if line.strip()]
+    assert any(line["event"] == "pjsip" and line["message"] for line in lines)
+    ended = [line for line in lines if line["event"] == "call_ended"]
+    assert ended and all(line["call_id"].startswith("sip-") for line in ended)
     # and afterwards: the stack still answers, and the next caller is greeted
     assert options_answered(agent.sip_port)
     with Softphone(tmp_path / "phone2", caller_audio([], tmp_path / "mic2.wav", lead_s=4, gap_s=0, tail_s=0)) as phone:

@@ -15,8 +15,8 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
-from callcenter.server import AgentProcess
-from callcenter.telephony.softphone import Softphone, caller_audio
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.softphone import Softphone, caller_audio
 from tests.conftest import FLOW, free_udp_port, rtp_base
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]

@@ -131,8 +131,8 @@ def test_fifty_busy_calls_stay_responsive():
 def test_pilot_takes_over_a_live_sip_call(tmp_path, stt):
     if not shutil.which("baresip"):
         pytest.skip("baresip is not installed")
-    from callcenter.server import AgentProcess
-    from callcenter.telephony.softphone import Softphone, caller_audio
+    from callcenter.lab.agent_process import AgentProcess
+    from callcenter.lab.softphone import Softphone, caller_audio
     from tests.conftest import FLOW, free_udp_port, rtp_base
     from tests.test_control_api import free_tcp_port
 

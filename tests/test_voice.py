@@ -16,7 +16,8 @@ from callcenter.voice.phonemes import SYMBOL_ID, Phonemizer, phoneme_ids
 from callcenter.voice.runtime import SsmVoices
 from callcenter.voice.spectrum import DELAY
 from callcenter.voice.ssm import S4D
-from callcenter.voice.speaker import Speaker, VoiceSettings, voice_problem
+from callcenter.voice.speaker import Speaker
+from callcenter.voice.settings import VoiceSettings, voice_problem
 from callcenter.voice.ssm_tts import SsmTts, load_voices
 
 

@@ -17,13 +17,13 @@ from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.resample import Resampler
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
-from callcenter.server import AgentProcess
-from callcenter.telephony.softphone import caller_audio
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.softphone import caller_audio
 from callcenter.telephony.webrtc import CallerAudio, WebRtcError, negotiated_codec, use_host_candidates
 from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 aiortc = pytest.importorskip("aiortc")
-from callcenter.telephony.browser_caller import BrowserCallError, BrowserCaller  # noqa: E402
+from callcenter.lab.browser_caller import BrowserCallError, BrowserCaller  # noqa: E402
 
 OPUS_RATE = 48000
 

@@ -72,7 +72,7 @@ def workers_of(recordings: Path, since: float = 0.0) -> list[str]:
 
 
 def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
-    from callcenter.workers import Fleet
+    from callcenter.lab.fleet import Fleet
 
     sip, balancer = two_free_ports(), free_udp_port()
     fleet = Fleet(tmp_path, FLOW, 2, sip, balancer)
@@ -121,7 +121,7 @@ AUTH_UAC = Path(__file__).resolve().parent / "sipp" / "uac_auth.xml"
 def test_kamailio_digest_authentication_of_callers(tmp_path, monkeypatch):
     """pjsua2 cannot challenge incoming INVITEs, so Kamailio does: no credentials → 407 (and no call),
     the wrong password → 403, the right one → the call reaches the agent."""
-    from callcenter.server import AgentProcess
+    from callcenter.lab.agent_process import AgentProcess
     from tests.conftest import rtp_base
 
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, SAMPLE_WIDTH
 
 
-class AudioFileError(ValueError):
+class AudioFileError(CallcenterError, ValueError):
     """A WAV file that cannot be used, with the reason."""
 
 

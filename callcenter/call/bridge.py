@@ -71,8 +71,6 @@ class MediaBridge:
         self._on_first_frame: Callable[[int, float], None] | None = None
         self._on_utterance_played: Callable[[int, float], None] | None = None
         self.closed = False
-        self.caller_level_dbfs = -120.0
-        self.agent_level_dbfs = -120.0
         self._relay: MediaBridge | None = None
         # while the caller gives a sensitive value (a card number) their side of the recording is
         # silence: spoken digits and keypad tones never reach the file (PCI DSS)

@@ -21,21 +21,23 @@ from typing import Protocol
 
 import structlog
 
-from callcenter.audio.frames import SAMPLE_RATE, silence
+from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
+from callcenter.call.speech import Speech
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
-from callcenter.dialog.digits import digits_hint
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer
+from callcenter.text.digits import digits_hint
+from callcenter.text.expecting import Expecting
+from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
-from callcenter.hearing.front import HearingConfig, LineFront
+from callcenter.hearing.front import HearingConfig
+from callcenter.hearing.listener import Key, Listener, Outcome
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
-                                      Turn, TurnDetector)
-from callcenter.telephony.dtmf import InbandDtmf
+                                      Turn)
 
 log = structlog.get_logger()
 
@@ -44,10 +46,10 @@ STT_GIVE_UP_S = 3.0  # past this the recognizer counts as stalled: the trouble p
 TTS_FIRST_AUDIO_S = 0.8  # a voice with no first frame by then (or none for this long between frames)
 TTS_FRAME_GAP_S = 1.0  # has stalled: the backup voice says the sentence
 BACKUP_VOICE = "espeak:en-us"  # another engine entirely (espeak-ng), not another SSM voice
+WAITING_ON_THE_AGENT = (Waiting.FETCH, Waiting.LLM, Waiting.RECORD, Waiting.TRANSFER)  # caller input waits
 HOLD_ON_TEXT = "One moment, please."
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
-DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
 SHUTDOWN_S = 1.0  # a stage still busy this long after the call ended is logged and left behind
 PRIVATE_TAIL_S = 1.5  # the caller's side stays out of the recording this long after a card number is taken
 
@@ -139,22 +141,20 @@ class CallSession:
         self._supervisor_transfer = False
         self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
-        self.turns = TurnDetector(self.hearing.turns)
-        self.front = LineFront(self.hearing)
-        self._decodes: dict[tuple[int, int], asyncio.Future] = {}
-        self.keypad = InbandDtmf()
-        self._last_key: tuple[str, float, str] | None = None
+        self.listener = Listener(self.hearing)
+        self._decodes: dict[tuple[int, int], asyncio.Future] = {}  # the listener's Pause requests, running
         self.result = SessionResult()
         self._speak_queue: asyncio.Queue = asyncio.Queue()
-        self._utterance = 0
-        self._speaking_utterance: int | None = None
-        self._played: dict[int, asyncio.Event] = {}
-        self._tts_task: asyncio.Task | None = None
+        self._speeches = 0  # ids given so far
+        self.speech: Speech | None = None  # what the agent is saying now
+        self._playing: dict[int, Speech] = {}  # speeches whose playout the bridge has not finished
         self._listen: Listen | None = None
         self._no_input_task: asyncio.Task | None = None
         self._ended = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._side_tasks: set[asyncio.Task] = set()  # a turn's recognition, a key's decision: ended with the call
         self._decide_lock = asyncio.Lock()
+        self._flow_moved = asyncio.Event()  # the dialog took a step (caller input waiting on the agent retries)
         self._in_flight = 0  # caller turns heard but not yet answered
         self._ending_by: str | None = None  # set when the agent starts ending the call itself
         bridge.on_playout(self._first_frame_out, self._utterance_played)
@@ -176,6 +176,19 @@ class CallSession:
         await self._ended.wait()
         await self._shutdown()
         return self.result
+
+    def _keep(self, task: asyncio.Task) -> asyncio.Task:
+        """Hold a short task of this call until it is done (the loop keeps only weak references), and
+        cancel it if the call ends first."""
+        self._side_tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._side_tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self.log.error("task_failed", task=t.get_name(), error=repr(t.exception()))
+
+        task.add_done_callback(done)
+        return task
 
     def _stage_died(self, task: asyncio.Task) -> None:
         """A hearing or speaking loop that crashes would leave the caller in dead air: restart the
@@ -219,6 +232,7 @@ class CallSession:
         if not self._ended.is_set():
             self.result.ended_by = self._ending_by or by
             self._ended.set()
+            self._flow_moved.set()
 
     async def _shutdown(self) -> None:
         self.interrupt(reason="call ended", emit=False)
@@ -235,6 +249,8 @@ class CallSession:
         for t in self._tasks:
             if t.done() and not t.cancelled():
                 t.exception()  # retrieved: a stage that failed while ending is not an unhandled error
+        for t in list(self._side_tasks):
+            t.cancel()
         self.result.transcript = self.events.transcript()
         self.result.path = list(self.dialog.path)
         self.result.variables = dict(self.dialog.variables)
@@ -244,13 +260,13 @@ class CallSession:
     # ------------------------------------------------------------ barge-in
     @property
     def utterances_spoken(self) -> int:
-        return self._utterance
+        return self._speeches
 
     @property
     def busy(self) -> bool:
         """The agent is talking or still working out its answer to the caller."""
-        return self.agent_speaking or self._in_flight > 0 or self.turns.in_speech or \
-            self.dialog.waiting in ("fetch", "llm")
+        return self.agent_speaking or self._in_flight > 0 or self.listener.in_speech or \
+            self.dialog.waiting in (Waiting.FETCH, Waiting.LLM)
 
     @property
     def recording_voicemail(self) -> bool:
@@ -258,7 +274,7 @@ class CallSession:
 
     @property
     def agent_speaking(self) -> bool:
-        return self._speaking_utterance is not None or not self._speak_queue.empty() or self.bridge.queued_frames > 0
+        return self.speech is not None or not self._speak_queue.empty() or self.bridge.queued_frames > 0
 
     def interrupt(self, reason: str, emit: bool = True) -> None:
         """Stop the agent's voice now: cancel synthesis, drop queued prompts and queued audio."""
@@ -267,10 +283,9 @@ class CallSession:
         self.bridge.resume()
         while not self._speak_queue.empty():
             self._speak_queue.get_nowait()
-        if self._tts_task and not self._tts_task.done():
-            self._tts_task.cancel()
-        if self._speaking_utterance is not None:
-            self._utterance_played(self._speaking_utterance, time.monotonic())
+        if self.speech is not None:
+            self.speech.interrupt()
+            self._utterance_played(self.speech.id, time.monotonic())
         if emit:
             self.events.emit(ev.BARGE_IN, reason=reason, dropped_frames=dropped)
 
@@ -283,17 +298,15 @@ class CallSession:
                 continue
             if self._voicemail is not None:
                 self._voicemail.add(line.caller.pcm)
-            for digit in self.keypad.process(line.caller):
-                self.on_dtmf(digit, source="inband")
-            if self.keypad.tone_on:  # a keypad tone is not caller speech
-                line = LineFrame(silence(), line.reference)
-            stt_frame, vad_frame = self.front.process(line.caller, line.reference, self.turns.in_speech)
             talking = self.agent_speaking and not self.dialog.finished
-            for event in self.turns.process(stt_frame, now, talking, vad_frame=vad_frame,
-                                            echo_floor=self.front.echo_floor):
-                self._on_turn_event(event, now)
+            for outcome in self.listener.frame(line.caller, line.reference, now, talking):
+                self._carry_out(outcome, now)
 
-    def _on_turn_event(self, event, now: float) -> None:
+    def _carry_out(self, event: Outcome, now: float) -> None:
+        """Do what the listener's outcome asks of the call."""
+        if isinstance(event, Key):
+            self._on_key(event)
+            return
         if self._voicemail is not None:  # a message being left is recorded, not answered
             self._voicemail.heard(event, now)
             return
@@ -301,7 +314,7 @@ class CallSession:
             self._turn_private = self.bridge.private_caller or self.dialog.collecting_sensitive
             self._cancel_no_input()
             self.events.next_turn()  # the turn's partials, final and answer share its number
-            self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.turns.floor_db, 1))
+            self.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.listener.floor_db, 1))
             if event.agent_talking:
                 self.bridge.pause()
                 self.events.emit(ev.AGENT_PAUSED, reason="caller speech")
@@ -321,15 +334,13 @@ class CallSession:
             self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
                              last_voice_t=round(now - event.silence_ms / 1000, 4))
             self._in_flight += 1
-            asyncio.create_task(self._recognise(turn, self._turn_private))
+            self._keep(asyncio.create_task(self._recognise(turn, self._turn_private)))
 
     def _start_decode(self, pause: Pause) -> None:
         key = (pause.turn_id, pause.key)
-        if key in self._decodes:
-            return
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE,
-                                      self.turns.expect.hint)
+                                      self.listener.expect.hint)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -340,8 +351,9 @@ class CallSession:
             result = f.result()
             self.events.emit(ev.STT_PARTIAL, text=self._shown(result.text), confidence=round(result.confidence, 3),
                              audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial)
-            for event in self.turns.heard(pause.turn_id, pause.key, result.text, result.confidence):
-                self._on_turn_event(event, self.events.now())
+            now = self.events.now()
+            for event in self.listener.decoded(pause.turn_id, pause.key, result.text, result.confidence):
+                self._carry_out(event, now)
 
         future.add_done_callback(done)
 
@@ -350,13 +362,12 @@ class CallSession:
             if turn.text is not None:
                 text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
             else:
-                covering = [f for (tid, key), f in self._decodes.items()
-                            if tid == turn.turn_id and key >= turn.voiced_frames]
-                if covering:
-                    decode, how = covering[-1], "in flight"
+                covering = self.listener.covering(turn)
+                if covering is not None and covering in self._decodes:
+                    decode, how = self._decodes[covering], "in flight"
                 else:
                     decode = asyncio.get_running_loop().run_in_executor(
-                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, self.turns.expect.hint)
+                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, self.listener.expect.hint)
                     how = "after end"
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
@@ -388,13 +399,14 @@ class CallSession:
             return await asyncio.shield(decode)
 
     def on_dtmf(self, digit: str, source: str = "rfc4733") -> None:
-        """A keypad digit, from RFC 4733 telephone events or detected in the caller's audio. A peer
-        that sends both gets one digit: the same key from the other source within DEDUP_S is dropped."""
-        now = self.events.now()
-        last = self._last_key
-        self._last_key = (digit, now, source)
-        if last and last[0] == digit and last[2] != source and now - last[1] < DTMF_DEDUP_S:
-            return
+        """A keypad digit from signalling (RFC 4733 telephone events, the browser's keypad channel).
+        A peer that also sends it as a tone gets one digit (the listener drops the second)."""
+        key = self.listener.key(digit, source, self.events.now())
+        if key is not None:
+            self._on_key(key)
+
+    def _on_key(self, key: Key) -> None:
+        digit, source = key.digit, key.source
         self.events.next_turn()
         if digit not in DTMF_DIGITS:  # A-D: a tone no telephone keypad sends to us
             self.events.emit(ev.DTMF, digit=digit, source=source, ignored=True)
@@ -411,21 +423,27 @@ class CallSession:
         if self.agent_speaking:
             self.interrupt(reason="keypad")
         self._in_flight += 1
-        asyncio.create_task(self._decide(lambda: self.dialog.on_dtmf(digit)))
+        self._keep(asyncio.create_task(self._decide(lambda: self.dialog.on_dtmf(digit))))
 
     async def _decide(self, step, caller_input: bool = True) -> None:
         """Run one engine step. Caller input (counted in `_in_flight`) waits while the flow waits for
         a webhook, a model, a voicemail or a transfer; those results themselves go straight in."""
         try:
-            while caller_input and self.dialog.waiting in ("fetch", "llm", "record", "transfer") \
-                    and not self._ended.is_set():
-                await asyncio.sleep(0.02)
+            while caller_input and self.dialog.waiting in WAITING_ON_THE_AGENT and not self._ended.is_set():
+                self._flow_moved.clear()
+                await self._flow_moved.wait()  # set by every engine step, and when the call ends
             await self._decide_locked(step)
         finally:
             if caller_input:
                 self._in_flight = max(0, self._in_flight - 1)
 
     async def _decide_locked(self, step) -> None:
+        try:
+            await self._step(step)
+        finally:
+            self._flow_moved.set()
+
+    async def _step(self, step) -> None:
         async with self._decide_lock:
             if self.dialog.finished or self._ended.is_set() or self.in_trouble:
                 return
@@ -484,8 +502,8 @@ class CallSession:
         await self._decide(lambda: self.dialog.on_thought(result.reply, result.error), caller_input=False)
 
     def _expect(self, listen: Listen) -> None:
-        hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == "digits" else None
-        self.turns.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
+        hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == Expecting.DIGITS else None
+        self.listener.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
                                          answers=self.dialog.would_answer, hint=hint))
 
     async def _speak(self) -> None:
@@ -536,30 +554,33 @@ class CallSession:
             else:  # a new action kind nobody taught this loop: say so instead of dropping it silently
                 self.log.error("unknown_action", action=repr(action))
 
+    def _new_speech(self, text: str = "", voice=None, private: bool = False) -> Speech:
+        self._speeches += 1
+        speech = Speech(self._speeches, text, voice, private)
+        self._playing[speech.id] = speech
+        return speech
+
     async def _say(self, text: str, voice=None, private: bool = False) -> None:
-        self._utterance += 1
-        utt = self._utterance
-        self._played[utt] = asyncio.Event()
-        self._speaking_utterance = utt
-        voice = voice or self.flow.voice
-        self.events.emit(ev.AGENT_SAY, text=text, utterance=utt, voice=voice.name)
-        self.turns.agent_saying(text)
-        self._tts_task = asyncio.create_task(self._synthesise(text, utt, voice, private))
+        speech = self.speech = self._new_speech(text, voice or self.flow.voice, private)
+        self.events.emit(ev.AGENT_SAY, text=text, utterance=speech.id, voice=speech.voice.name)
+        self.listener.agent_saying(text)
+        speech.synthesis = asyncio.create_task(self._synthesise(speech))
         try:
-            await self._tts_task
+            await speech.synthesis
         except asyncio.CancelledError:
             if self._ended.is_set():
                 raise
         except Exception as exc:
             self.log.error("tts_failed", error=str(exc))
             self.events.emit(ev.ERROR, stage="tts", error=str(exc))
-            self.bridge.end_utterance(utt)
-        await self._played[utt].wait()
-        self._speaking_utterance = None
+            self.bridge.end_utterance(speech.id)
+        await speech.played
+        self.speech = None
 
-    async def _synthesise(self, text: str, utt: int, voice, private: bool = False) -> None:
-        """`private`: the sentence says a sensitive value in full; it is synthesised for this call
-        alone (never cached) and recorded as silence."""
+    async def _synthesise(self, speech: Speech) -> None:
+        """A private speech says a sensitive value in full; it is synthesised for this call alone
+        (never cached) and recorded as silence."""
+        text, utt, voice, private = speech.text, speech.id, speech.voice, speech.private
         try:
             frames = self.tts.stream(text, voice, cache=False) if private else self.tts.stream(text, voice)
             await self._voice_into(frames, utt, private)
@@ -591,9 +612,8 @@ class CallSession:
         self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
 
     def _utterance_played(self, utt: int, at: float) -> None:
-        done = self._played.get(utt)
-        if done and not done.is_set():
-            done.set()
+        speech = self._playing.pop(utt, None)
+        if speech is not None and speech.finish():
             self.events.emit(ev.PLAYOUT_DONE, utterance=utt)
 
     async def _brief(self, bridge, text: str) -> None:
@@ -611,13 +631,11 @@ class CallSession:
     async def _record(self, action: Record) -> None:
         """Leave a message: a beep, then the caller's audio until # / silence / the maximum length."""
         if action.beep:
-            self._utterance += 1
-            utt = self._utterance
-            self._played[utt] = asyncio.Event()
+            beep = self._new_speech("(beep)")
             for i, frame in enumerate(beep_frames()):
-                self.bridge.play(frame, utt, first=i == 0)
-            self.bridge.end_utterance(utt)
-            await self._played[utt].wait()
+                self.bridge.play(frame, beep.id, first=i == 0)
+            self.bridge.end_utterance(beep.id)
+            await beep.played
         path = voicemail_path(self.events.path, self.call_id)
         self._voicemail = VoicemailRecorder(path, action.max_s, action.end_silence_s)
         self.events.emit(ev.VOICEMAIL, state="recording", path=str(path) if path else None)
@@ -653,7 +671,7 @@ class CallSession:
                 self._private_off = None
                 if self.dialog.collecting_sensitive:
                     return
-                if self._turn_private and self.turns.in_speech:  # still reading digits out: wait
+                if self._turn_private and self.listener.in_speech:  # still reading digits out: wait
                     self._private_off = asyncio.get_running_loop().call_later(PRIVATE_TAIL_S, off)
                     return
                 self.bridge.private_caller = False
@@ -672,13 +690,13 @@ class CallSession:
             return "paused"
         if self.held:
             return "taken over"
-        if self.dialog.waiting == "transfer":
+        if self.dialog.waiting == Waiting.TRANSFER:
             return "transferring"
         if self._voicemail is not None:
             return "voicemail"
         if self.agent_speaking:
             return "talking"
-        return "listening" if self.dialog.waiting == "caller" else "working"
+        return "listening" if self.dialog.waiting == Waiting.CALLER else "working"
 
     def supervisor_say(self, text: str) -> None:
         """Speak a sentence the supervisor typed, in the call's voice, now: what the agent was saying
@@ -699,7 +717,7 @@ class CallSession:
         self.held = self.paused = False
         self.bridge.resume()
         self.events.emit(ev.SUPERVISOR, action="release")
-        if self.dialog.waiting == "caller" and self._listen is not None and not self.agent_speaking:
+        if self.dialog.waiting == Waiting.CALLER and self._listen is not None and not self.agent_speaking:
             self._start_no_input(self._listen.timeout_s)
 
     def pause(self) -> None:
@@ -739,7 +757,7 @@ class CallSession:
 
     async def _no_input_after(self, timeout_s: float) -> None:
         await asyncio.sleep(timeout_s)
-        if not self.turns.in_speech and not self.held:
+        if not self.listener.in_speech and not self.held:
             self.events.next_turn()
             self._in_flight += 1
             await self._decide(self.dialog.on_no_input)

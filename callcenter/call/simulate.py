@@ -20,8 +20,8 @@ from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
 from callcenter.dialog.flow import DTMF_DIGITS, Flow
-from callcenter.hearing.linesim import EchoPath
-from callcenter.telephony.dtmf import dtmf_tone
+from callcenter.call.caller import EchoPath
+from callcenter.hearing.dtmf import dtmf_tone
 from callcenter.voice.ambience import Ambience
 
 log = structlog.get_logger()

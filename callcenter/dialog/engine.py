@@ -9,6 +9,8 @@ live calls, offline simulations and flow tests, so all three take the same path.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import datetime as dt
 import json
 import os
@@ -16,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from callcenter.dialog.digits import spoken_digits
+from callcenter.errors import CallcenterError
+from callcenter.text.digits import spoken_digits
+from callcenter.text.expecting import Expecting
 from callcenter.dialog.expr import ExprError, parse_expr, render
 from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, SayNode,
                                     SetNode, Slot, TransferNode, VoicemailNode, WebhookNode, sensitive_variables,
@@ -24,7 +28,7 @@ from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNo
 from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
 from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
 from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok
-from callcenter.voice.speaker import VoiceSettings
+from callcenter.voice.settings import VoiceSettings
 
 MAX_CHAIN = 50  # nodes passed without the caller's input; more is a flow bug, not a conversation
 KEYPAD_END, KEYPAD_CLEAR = "#", "*"
@@ -48,7 +52,7 @@ class Listen:
     end_silence_ms: int
     timeout_s: float
     expect: tuple[str, ...]  # words the node expects
-    kind: str = "speech"  # speech | yes_no | digits: shapes turn-taking and the recognizer's hint
+    kind: Expecting = Expecting.SPEECH  # shapes turn-taking and the recognizer's hint
     digits_min: int = 0
     digits_max: int = 0
     sensitive: bool = False  # the caller is giving a sensitive value (a card number): PCI handling
@@ -132,7 +136,17 @@ class Decision:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-class FlowError(RuntimeError):
+class Waiting(StrEnum):
+    """What the dialog waits for before its next step."""
+
+    CALLER = "caller"  # speech or keys
+    FETCH = "fetch"  # a webhook's answer
+    LLM = "llm"  # a model's reply
+    RECORD = "record"  # a voicemail being left
+    TRANSFER = "transfer"  # a transfer's outcome
+
+
+class FlowError(CallcenterError, RuntimeError):
     pass
 
 
@@ -190,7 +204,7 @@ class Dialog:
         self.node_name = flow.start
         self.attempts = 0
         self.finished = False
-        self.waiting: str | None = None  # caller | fetch | llm | record | transfer
+        self.waiting: Waiting | None = None
         self.last_decision: Decision | None = None
         self.captured: dict[str, str] = {}  # digits intents' and slots' values, by name
         self.keyed = ""  # keypad digits collected for a digit string
@@ -237,7 +251,7 @@ class Dialog:
     @property
     def collecting_sensitive(self) -> bool:
         """Is the caller being asked for a sensitive value right now?"""
-        if self.finished or self.waiting != "caller":
+        if self.finished or self.waiting != Waiting.CALLER:
             return False
         return self._asks_sensitive(self.node, self._digit_target(self.node))
 
@@ -290,29 +304,29 @@ class Dialog:
             if isinstance(node, AskNode):
                 self.llm_turns = 0
                 actions += [self._say(self._ask_prompt(node), node), self._listen(node)]
-                self.waiting = "caller"
+                self.waiting = Waiting.CALLER
             elif isinstance(node, LlmNode):
                 self.llm_turns = 0
                 self.llm_history = []
                 if node.prompt:
                     actions.append(self._say(node.prompt, node))
                 actions.append(self._listen(node))
-                self.waiting = "caller"
+                self.waiting = Waiting.CALLER
             elif isinstance(node, WebhookNode):
                 if node.say:
                     actions.append(self._say(node.say, node))
                 actions.append(self._fetch(name, node))
-                self.waiting = "fetch"
+                self.waiting = Waiting.FETCH
             elif isinstance(node, VoicemailNode):
                 actions += [self._say(node.prompt, node), Record(node.max_s, node.end_silence_s, node.beep)]
-                self.waiting = "record"
+                self.waiting = Waiting.RECORD
             elif isinstance(node, TransferNode):
                 if node.text:
                     actions.append(self._say(node.text, node))
                 to = node.to or self.flow.queues[node.queue]
                 actions.append(Transfer(to) if node.mode == "blind" else
                                Transfer(to, "warm", self.render(node.summary, node.reveal), node.ring_s))
-                self.waiting = "transfer"
+                self.waiting = Waiting.TRANSFER
                 self.finished = node.on_failure is None
             elif isinstance(node, HangupNode):
                 if node.text:
@@ -341,13 +355,13 @@ class Dialog:
         if kind == "auto":
             slot_types = {node.slots[s].type for s in self._missing_slots(node)[:1]}
             if target:
-                kind = "digits"
+                kind = Expecting.DIGITS
             elif "yes_no" in slot_types or examples and all(len(e.split()) <= 3 for e in examples) and \
                     {w for e in examples for w in words(e)} & {"yes", "no"}:
-                kind = "yes_no"
+                kind = Expecting.YES_NO
             else:
-                kind = "speech"
-        return Listen(node.end_silence_ms, node.timeout_s, expect, kind, target.min_length if target else 0,
+                kind = Expecting.SPEECH
+        return Listen(node.end_silence_ms, node.timeout_s, expect, Expecting(kind), target.min_length if target else 0,
                       target.max_length if target else 0, self._asks_sensitive(node, target))
 
     def _digit_target(self, node) -> _DigitTarget | None:
@@ -366,14 +380,14 @@ class Dialog:
 
     def _listening(self):
         node = self.node
-        if self.finished or self.waiting != "caller":
+        if self.finished or self.waiting != Waiting.CALLER:
             raise FlowError(f"not waiting for caller input (at node {self.node_name!r}, waiting for "
                             f"{self.waiting or 'nothing'})")
         return node
 
     def would_answer(self, text: str) -> bool:
         """Would this utterance settle the current node (an intent, a slot or a digit string)?"""
-        if self.finished or self.waiting != "caller":
+        if self.finished or self.waiting != Waiting.CALLER:
             return False
         node = self.node
         if isinstance(node, LlmNode):  # the model decides, but a sentence that clearly names a choice is complete
@@ -544,7 +558,7 @@ class Dialog:
     def on_fetched(self, status: int | None, data: Any, error: str | None = None) -> list[Action]:
         """The webhook's reply: HTTP status and parsed JSON, or an error (timeout, refused, not JSON)."""
         node = self.node
-        if not isinstance(node, WebhookNode) or self.waiting != "fetch":
+        if not isinstance(node, WebhookNode) or self.waiting != Waiting.FETCH:
             raise FlowError(f"no webhook is waiting (at node {self.node_name!r})")
         self.variables["webhook_status"] = status
         if error is None and (status is None or not 200 <= status < 300):
@@ -568,16 +582,16 @@ class Dialog:
             slots=node.slots, tools=node.tools, history=tuple(self.llm_history), utterance=text,
             time_budget_s=node.time_budget_s, fallback=node.fallback)
         self.llm_history.append(("caller", text))
-        self.waiting = "llm"
+        self.waiting = Waiting.LLM
         self.last_decision = Decision(self.node_name, None, 0.0, "llm_request")
         return [Think(request)]
 
     def on_thought(self, reply: LlmReply | None, error: str | None = None) -> list[Action]:
         """The model's reply (its text already spoken), or None when it failed or ran out of time."""
         node = self.node
-        if not isinstance(node, LlmNode) or self.waiting != "llm":
+        if not isinstance(node, LlmNode) or self.waiting != Waiting.LLM:
             raise FlowError(f"no model turn is waiting (at node {self.node_name!r})")
-        self.waiting = "caller"
+        self.waiting = Waiting.CALLER
         if reply is None:
             self.last_decision = Decision(self.node_name, None, 0.0, "llm_failed", detail={"error": error or ""})
             return self._enter(node.on_failure, [self._say(node.fallback, node)])
@@ -607,7 +621,7 @@ class Dialog:
             tool = node.tools[reply.tool]
             self.last_decision = Decision(self.node_name, reply.tool, 1.0, "llm_tool", detail=detail)
             if tool.type == "transfer":
-                self.waiting = "transfer"
+                self.waiting = Waiting.TRANSFER
                 self.finished = True
                 return [Transfer(tool.to)]
             self.finished = True
@@ -631,7 +645,7 @@ class Dialog:
     # ------------------------------------------------------------ voicemail and transfer results
     def on_recorded(self, path: str | None, seconds: float) -> list[Action]:
         node = self.node
-        if not isinstance(node, VoicemailNode) or self.waiting != "record":
+        if not isinstance(node, VoicemailNode) or self.waiting != Waiting.RECORD:
             raise FlowError(f"no voicemail is being recorded (at node {self.node_name!r})")
         self.variables["voicemail_path"] = path
         self.variables["voicemail_s"] = round(seconds, 1)

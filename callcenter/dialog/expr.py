@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from callcenter.errors import CallcenterError
 from callcenter.dialog.redact import Masked
 
 TRUE_WORDS = {"true": True, "false": False, "none": None, "null": None}
@@ -35,7 +36,7 @@ MAX_SOURCE_CHARS = 2000
 MAX_DEPTH = 60  # syntax-tree depth: far beyond any real condition, well within Python's recursion limit
 
 
-class ExprError(ValueError):
+class ExprError(CallcenterError, ValueError):
     pass
 
 

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from callcenter.dialog.expr import ExprError, parse_expr, template_names
 from callcenter.dialog.slots import SLOT_TYPES
-from callcenter.voice.ambience import AmbienceSettings
-from callcenter.voice.speaker import VoiceSettings, voice_problem
+from callcenter.voice.settings import AmbienceSettings, VoiceSettings, voice_problem
 from callcenter.yamlfile import UserFileError, load_model
 
 DTMF_DIGITS = "0123456789*#"

@@ -29,6 +29,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 import structlog
 
+from callcenter.errors import CallcenterError
 from callcenter.dialog.engine import LlmReply, LlmRequest
 from callcenter.dialog.flow import LlmProviderConfig
 from callcenter.dialog.nlu import SemanticMatcher
@@ -53,7 +54,7 @@ DONT_KNOW = "I'm sorry, I don't have that information."
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
-class LlmError(RuntimeError):
+class LlmError(CallcenterError, RuntimeError):
     pass
 
 

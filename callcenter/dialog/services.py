@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import structlog
 
+from callcenter.errors import CallcenterError
 from callcenter.dialog.engine import Fetch, LlmReply, Think
 from callcenter.dialog.flow import Flow
 from callcenter.dialog.llm import LlmProvider, SentenceStream, make_provider
@@ -27,7 +28,7 @@ MAX_REDIRECTS = 3
 REDIRECTS = (301, 302, 303, 307, 308)
 
 
-class WebhookRefused(Exception):
+class WebhookRefused(CallcenterError):
     """A reply the agent will not take: a redirect to another host, an oversized body."""
 
 

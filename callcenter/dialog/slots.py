@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from callcenter.dialog.digits import digit_runs, spoken_digits
+from callcenter.text.digits import digit_runs, spoken_digits
 from callcenter.dialog.nlu import words
 
 SLOT_TYPES = ("digits", "number", "yes_no", "date", "time", "currency", "text")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 
 import numpy as np
-from noisereduce.spectralgate.base import _smoothing_filter
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
 
@@ -39,6 +38,17 @@ DB_FLOOR = -100.0               # digital silence counts as a (very quiet) noise
 EPS = 1e-12
 
 
+
+def smoothing_filter(n_grad_freq: int, n_grad_time: int) -> np.ndarray:
+    """noisereduce's mask-smoothing kernel (MIT, Tim Sainburg: `spectralgate.base._smoothing_filter`):
+    triangular over frequency and over time, normalised to sum 1. Copied so that the package, whose
+    import pulls matplotlib, joblib and torch when installed, is not needed at run time."""
+    def triangle(n: int) -> np.ndarray:
+        return np.concatenate([np.linspace(0, 1, n + 1, endpoint=False), np.linspace(1, 0, n + 2)])[1:-1]
+
+    kernel = np.outer(triangle(n_grad_freq), triangle(n_grad_time))
+    return kernel / np.sum(kernel)
+
 class Denoiser:
     """One call's streaming noise gate: `process(frame)` -> the frame `LATENCY_MS` ago, denoised."""
 
@@ -48,7 +58,7 @@ class Denoiser:
         self.window = np.sqrt(0.5 - 0.5 * np.cos(2 * np.pi * np.arange(WIN) / WIN))
         n_grad_freq = max(1, int(FREQ_SMOOTH_HZ / (SAMPLE_RATE / (WIN / 2))))
         n_grad_time = max(1, int(TIME_SMOOTH_MS / (HOP / SAMPLE_RATE * 1000)))
-        kernel = _smoothing_filter(n_grad_freq, n_grad_time)     # (freq taps, time taps), symmetric
+        kernel = smoothing_filter(n_grad_freq, n_grad_time)     # (freq taps, time taps), symmetric
         centre = kernel.shape[1] // 2
         kernel = kernel[:, : centre + LOOKAHEAD_HOPS + 1]         # past half + bounded look-ahead
         self.freq_taps = kernel.sum(axis=1) / kernel.sum(axis=1).sum()

@@ -7,7 +7,8 @@ padding). Here the encoder sees the turn plus `PAD_SECONDS` of silence: ~0.15 s 
 the same WER on `../shared/eval` (padding with fewer than ~4 s makes Whisper hallucinate). With the
 shorter window Whisper sometimes says a short sentence again and again: the token budget follows the
 audio's length and repeated sentences are collapsed (`drop_repeats`). That
-makes re-decoding a growing turn affordable, which `streaming.py` uses for partial and early results.
+makes re-decoding a growing turn affordable, which the call's hearing loop (`call/session.py`) uses
+for partial and early results.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, pcm_to_float
 
 WHISPER_RATE = 16000
@@ -34,7 +36,7 @@ NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is 
 NO_SPEECH_LOGPROB = -1.0
 
 
-class SttError(RuntimeError):
+class SttError(CallcenterError, RuntimeError):
     pass
 
 

@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, AudioFrame
-from callcenter.dialog.digits import spoken_digits
+from callcenter.text.digits import spoken_digits
+from callcenter.text.expecting import Expecting
 from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
 
 BACKCHANNELS = frozenset(
@@ -51,7 +52,7 @@ _WORD = re.compile(r"[a-z0-9'-]+")
 class Expectation:
     """What the flow node waits for; shapes how long a pause may be before the turn ends."""
 
-    kind: str = "speech"  # speech | yes_no | digits
+    kind: Expecting = Expecting.SPEECH
     end_silence_ms: float = 700
     digits_min: int = 0
     digits_max: int = 0
@@ -59,7 +60,7 @@ class Expectation:
     hint: str | None = None  # recognizer bias for this node
 
     def complete(self, text: str) -> bool:
-        if self.kind == "digits":
+        if self.kind == Expecting.DIGITS:
             n = len(spoken_digits(text))
             return n >= max(1, self.digits_max or self.digits_min)
         return bool(self.answers and self.answers(text))
@@ -68,7 +69,7 @@ class Expectation:
         words = _WORD.findall(text.lower())
         if not words:
             return False
-        if self.kind == "digits":
+        if self.kind == Expecting.DIGITS:
             n = len(spoken_digits(text))
             return n < max(1, self.digits_min)
         return words[-1] in UNFINISHED_ENDINGS
@@ -271,11 +272,6 @@ class TurnDetector:
             return False
         return sum(w in self._agent_words for w in words) >= ECHO_WORD_SHARE * len(words)
 
-    def reset(self) -> None:
-        self.vad.reset()
-        self._preroll.clear()
-        self._reset_turn()
-
     @property
     def candidate(self) -> bool:
         """The caller is talking over the agent and it is not yet decided whether that interrupts."""
@@ -377,8 +373,8 @@ class TurnDetector:
 
     def _end_silence_ms(self, candidate: bool = False) -> float:
         cfg = self.config
-        base = {"digits": max(self.expect.end_silence_ms, cfg.digits_end_ms),
-                "yes_no": min(self.expect.end_silence_ms, cfg.yes_no_end_ms)}.get(self.expect.kind,
+        base = {Expecting.DIGITS: max(self.expect.end_silence_ms, cfg.digits_end_ms),
+                Expecting.YES_NO: min(self.expect.end_silence_ms, cfg.yes_no_end_ms)}.get(self.expect.kind,
                                                                                self.expect.end_silence_ms)
         heard = self._covering()
         if candidate:

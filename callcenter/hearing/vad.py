@@ -7,11 +7,13 @@ wrapper does, but on numpy so that no torch import sits on the hot path.
 from __future__ import annotations
 
 import threading
-from importlib import resources
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
 from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.errors import CallcenterError
 
 VAD_WINDOW_SAMPLES = 256  # silero's window at 8 kHz
 VAD_CONTEXT_SAMPLES = 32
@@ -31,9 +33,21 @@ def _shared_session():
             opts = onnxruntime.SessionOptions()
             opts.inter_op_num_threads = 1
             opts.intra_op_num_threads = 1
-            path = resources.files("silero_vad") / "data" / "silero_vad.onnx"
+            path = model_path()
             _session = onnxruntime.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         return _session
+
+
+def model_path() -> Path:
+    """silero's ONNX file, found without importing its package (whose `__init__` imports torch)."""
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        raise VadMissing("silero VAD is not installed: pip install --no-deps 'silero-vad>=6,<7' (./scripts/setup does)")
+    return Path(spec.submodule_search_locations[0]) / "data" / "silero_vad.onnx"
+
+
+class VadMissing(CallcenterError, RuntimeError):
+    pass
 
 
 class SileroVad:

@@ -35,6 +35,7 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from callcenter.dialog.flow import SIP_URI
+from callcenter.metrics import CONTENT_TYPE
 from callcenter.telephony.config import Control
 
 log = structlog.get_logger()
@@ -44,6 +45,7 @@ TABLE_EVERY_S = 1.0
 MAX_SAY_CHARS = 500
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 EVENTS_PATH = "/api/events"
+METRICS_PATH = "/metrics"  # Prometheus text format (callcenter/metrics.py)
 ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark")
 
 
@@ -107,6 +109,7 @@ class ControlApi:
         app.router.add_get("/api/flows", self._flows)
         app.router.add_get("/api/recordings", self._recordings)
         app.router.add_get("/api/recordings/{day}/{name}", self._recording)
+        app.router.add_get(METRICS_PATH, self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.control.host, self.control.port)
@@ -160,6 +163,12 @@ class ControlApi:
             log.warning("control_origin_refused", path=request.path, origin=origin[:100], remote=request.remote)
             return web.json_response({"error": f"Origin {origin[:100]!r} is not allowed"}, status=403)
         return await handler(request)
+
+    # ------------------------------------------------------------ metrics
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """Prometheus's scrape (bearer token like every other path: `authorization: credentials_file`
+        in the scrape config)."""
+        return web.Response(body=self.agent.metrics.render().encode(), headers={"Content-Type": CONTENT_TYPE})
 
     # ------------------------------------------------------------ calls
     def _table_rows(self) -> list[dict]:

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from callcenter.bench import turn_latencies
+from callcenter.call.latency import turn_latencies
 
 MAX_EVENTS_PER_CALL = 2000
 MAX_FINISHED = 200  # ended calls kept for the aggregates and a last look

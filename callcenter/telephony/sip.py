@@ -12,6 +12,7 @@ process (a 5th INVITE is answered 486 Busy Here); reading a frame's vector throu
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import ctypes
 import ipaddress
@@ -24,7 +25,8 @@ from typing import Callable
 import pjsua2 as pj
 import structlog
 
-from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE
+from callcenter.errors import CallcenterError
+from callcenter.audio.frames import FRAME_MS, SAMPLE_RATE
 from callcenter.telephony.config import SipConfig
 
 log = structlog.get_logger()
@@ -40,7 +42,7 @@ SIP_OK = 200
 TRANSFER_WAIT_S = 5.0
 
 
-class SipError(RuntimeError):
+class SipError(CallcenterError, RuntimeError):
     pass
 
 
@@ -90,6 +92,29 @@ class _PjsipModule(ctypes.Structure):
                 ("unload", ctypes.c_void_p), ("on_rx_request", _ON_RX_REQUEST), ("on_rx_response", ctypes.c_void_p),
                 ("on_tx_request", ctypes.c_void_p), ("on_tx_response", ctypes.c_void_p),
                 ("on_tsx_state", ctypes.c_void_p)]
+
+
+PJSUA_BUSY_LINE = "too many calls"  # pjsua's own 486 at its compiled call limit says only this (level 2)
+
+
+class PjsipLog(pj.LogWriter):
+    """pjsip's log lines (errors and warnings: level 1-2) as structured `pjsip` events. pjsua turns
+    away a call over its compiled limit before we hear of it; its warning is counted (`on_busy`)."""
+
+    def __init__(self, on_busy=None):
+        super().__init__()
+        self.on_busy = on_busy
+
+    def write(self, entry: "pj.LogEntry") -> None:
+        try:
+            text = entry.msg.strip()
+            if PJSUA_BUSY_LINE in text and self.on_busy is not None:
+                self.on_busy()
+            if text:
+                (log.error if entry.level <= 1 else log.warning if entry.level == 2 else log.debug)(
+                    "pjsip", pj_level=entry.level, message=text)
+        except Exception:  # never raise into pjsip's C stack
+            pass
 
 
 class AclFilter:
@@ -301,12 +326,6 @@ class SipCall(pj.Call):
             if call.port is not None:
                 call.port.stopTransmit(media)
 
-    def send_digits(self, digits: str) -> None:
-        prm = pj.CallSendDtmfParam()
-        prm.method = pj.PJSUA_DTMF_METHOD_RFC2833
-        prm.digits = digits
-        self.sendDtmf(prm)
-
 
 class _Account(pj.Account):
     def __init__(self, endpoint: "SipEndpoint"):
@@ -340,7 +359,7 @@ class SipEndpoint:
         self._resting_ports: list[tuple[float, _BridgePort]] = []
         self._free_ports: list[_BridgePort] = []
         self.ports_created = 0
-        self.rejected_busy = 0
+        self.rejected: collections.Counter[str] = collections.Counter()  # calls refused, by reason
         self.acl_filter: AclFilter | None = None
 
     # ---------------------------------------------------------------- threads
@@ -416,8 +435,12 @@ class SipEndpoint:
         ep_cfg.uaConfig.mainThreadOnly = True
         ep_cfg.uaConfig.maxCalls = cfg.max_calls
         ep_cfg.uaConfig.userAgent = "callcenter"
-        ep_cfg.logConfig.level = 1
-        ep_cfg.logConfig.consoleLevel = 1
+        ep_cfg.logConfig.level = 2
+        ep_cfg.logConfig.consoleLevel = 2
+        # pjsip's own lines go through structlog as JSON, not as plain text into the JSON log
+        self._log_writer = PjsipLog(on_busy=self._busy_at_pjsua)
+        ep_cfg.logConfig.writer = self._log_writer
+        ep_cfg.logConfig.decor = pj.PJ_LOG_HAS_SENDER
         ep_cfg.medConfig.clockRate = SAMPLE_RATE
         ep_cfg.medConfig.sndClockRate = SAMPLE_RATE
         ep_cfg.medConfig.channelCount = 1
@@ -484,6 +507,10 @@ class SipEndpoint:
         self.account = None
         ep.libDestroy()
 
+    def _busy_at_pjsua(self) -> None:
+        self.rejected["max_calls"] += 1
+        log.warning("sip_call_rejected", reason="max_calls", max_calls=self.config.max_calls, by="pjsua")
+
     # ---------------------------------------------------------------- calls (SIP thread)
     def _incoming(self, account, prm) -> None:
         call = SipCall(self, account, prm.callId)
@@ -493,19 +520,21 @@ class SipEndpoint:
             call.info = info
             source = prm.rdata.srcAddress
             if not self.config.allows(source):
+                self.rejected["acl"] += 1
                 log.warning("sip_call_rejected", reason="acl", source=source, remote=info.remote_uri)
                 call.answer_with(SIP_FORBIDDEN, "Not allowed from this address")
                 self._graveyard.append(call)
                 return
             live = self.calls.get(info.call_id)
             if live is not None and not live.disconnected:  # two dialogs, one recording: refused
+                self.rejected["call_id_in_use"] += 1
                 log.warning("sip_call_rejected", reason="call_id_in_use", remote=info.remote_uri)
                 call.answer_with(SIP_LOOP_DETECTED, "Call-ID already in use")
                 self._graveyard.append(call)
                 return
             active = sum(1 for c in self.calls.values() if not c.disconnected) + self.other_calls()
             if active >= self.config.max_calls:
-                self.rejected_busy += 1
+                self.rejected["max_calls"] += 1
                 log.warning("sip_call_rejected", reason="max_calls", max_calls=self.config.max_calls,
                             remote=info.remote_uri)
                 call.answer_with(SIP_BUSY_HERE, "Too many calls")

@@ -18,7 +18,9 @@ side and caps how many browser calls run at once (aiortc costs a good share of a
 from __future__ import annotations
 
 import asyncio
+import collections
 import fractions
+import functools
 import json
 import re
 import threading
@@ -30,6 +32,7 @@ from typing import Callable, Protocol
 import numpy as np
 import structlog
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.resample import Resampler
 
@@ -48,7 +51,7 @@ SILENCE_PCM = bytes(FRAME_BYTES)
 BUSY_MESSAGE = "All our lines are busy right now. Please try again in a few minutes, or call us by phone."
 
 
-class WebRtcError(Exception):
+class WebRtcError(CallcenterError):
     """A bad offer, or a browser leg that could not be set up."""
 
 
@@ -180,6 +183,7 @@ def av_frame(samples: np.ndarray, rate: int, pts: int, layout: str = "mono"):
     return frame
 
 
+@functools.lru_cache(maxsize=1)  # one class per process, not one per peer
 def _agent_track_class():
     from aiortc import MediaStreamTrack
     from aiortc.mediastreams import MediaStreamError
@@ -416,6 +420,7 @@ class WebRtcGateway:
         self.host = host
         self.port = port
         self.max_calls = max_calls
+        self.rejected: collections.Counter[str] = collections.Counter()  # offers refused, by reason
         self.on_call = on_call
         self.stun_servers = stun_servers or []
         self.peer_networks = [ipaddress.ip_network(n, strict=False) for n in peer_networks or []]
@@ -487,6 +492,7 @@ class WebRtcGateway:
         if len(pending) + self._answering >= self.max_pending and pending:
             await self._drop(pending[0], "not connected; its place given to a newer offer")
         if self.connected_calls + self._answering >= self.max_calls or self.process_full():
+            self.rejected["max_calls"] += 1
             log.warning("webrtc_busy", remote=remote, calls=len(self.peers), max_calls=self.max_calls)
             return web.json_response({"error": "busy", "message": BUSY_MESSAGE}, status=503,
                                      headers={"Retry-After": "60"})

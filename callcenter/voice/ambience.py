@@ -15,69 +15,19 @@ Every level is in dBFS. Presets: ``clean`` (nothing: the default), ``office``, `
 from __future__ import annotations
 
 import functools
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 from scipy import signal
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.g711 import ulaw_roundtrip
+from callcenter.voice.settings import AmbienceSettings
 
 BAND_LOW_HZ, BAND_HIGH_HZ = 300.0, 3400.0
 VOICE_ACTIVE_DBFS = -45.0       # a frame louder than this is agent speech: duck the bed
 DUCK_RELEASE_S = 0.35
 TALKERS = 6
 HUM_HARMONICS = 7
-
-
-class AmbienceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    preset: Literal["clean", "office", "callcenter", "mobile"] = "clean"
-    enabled: bool = True
-    band_limit: bool | None = Field(None, description="Telephone band 300-3400 Hz.")
-    mulaw: bool | None = Field(None, description="G.711 µ-law companding character.")
-    hiss_db: float | None = Field(None, le=-20, description="Line hiss level, dBFS (omit for the preset's).")
-    hum_db: float | None = Field(None, le=-20, description="Mains hum level, dBFS.")
-    hum_hz: Literal[50, 60] = 50
-    comfort_db: float | None = Field(None, le=-20, description="Comfort noise while the agent is silent, dBFS.")
-    bed: Literal["none", "office", "callcenter"] | None = None
-    bed_db: float | None = Field(None, le=-10, description="Background bed level, dBFS.")
-    duck_db: float | None = Field(None, ge=0, le=60, description="How far the bed drops under the voice, dB.")
-
-    def resolved(self) -> dict:
-        """The preset with this setting's overrides applied (None = off)."""
-        values = dict(PRESETS[self.preset])
-        for key in values:
-            mine = getattr(self, key)
-            if mine is not None:
-                values[key] = mine
-        values["hum_hz"] = self.hum_hz
-        return values
-
-
-OFF = dict(band_limit=False, mulaw=False, hiss_db=None, hum_db=None, comfort_db=None, bed="none",
-           bed_db=None, duck_db=12.0)
-PRESETS: dict[str, dict] = {
-    "clean": OFF,
-    "office": {**OFF, "band_limit": True, "hiss_db": -68.0, "comfort_db": -70.0, "bed": "office",
-               "bed_db": -50.0, "duck_db": 12.0},
-    "callcenter": {**OFF, "band_limit": True, "hiss_db": -66.0, "comfort_db": -68.0, "bed": "callcenter",
-                   "bed_db": -44.0, "duck_db": 12.0},
-    "mobile": {**OFF, "band_limit": True, "mulaw": True, "hiss_db": -58.0, "hum_db": -62.0,
-               "comfort_db": -60.0},
-}
-
-
-def ambience_settings(value) -> AmbienceSettings:
-    if value is None:
-        return AmbienceSettings()
-    if isinstance(value, AmbienceSettings):
-        return value
-    if isinstance(value, str):
-        return AmbienceSettings(preset=value)
-    return AmbienceSettings(**value)
 
 
 def _gain(db: float | None) -> float:

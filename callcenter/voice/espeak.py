@@ -13,6 +13,7 @@ from typing import AsyncIterator
 import numpy as np
 import soxr
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, AudioFrame, FrameChunker
 
 ESPEAK_BINARIES = ("espeak-ng", "espeak")
@@ -24,7 +25,7 @@ WAV_HEADER_BYTES = 44
 READ_BYTES = 4096
 
 
-class TtsError(RuntimeError):
+class TtsError(CallcenterError, RuntimeError):
     pass
 
 

@@ -14,6 +14,8 @@ import re
 import threading
 import unicodedata
 
+from callcenter.errors import CallcenterError
+
 BOS, EOS, PAD = "^", "$", "_"
 PUNCTUATION = ",.?!;:"
 # espeak-ng's English IPA inventory (as Piper's voices number it), then punctuation and the word gap.
@@ -30,7 +32,7 @@ ESPEAK_PHONEMES_IPA = 0x02
 CLAUSE_RE = re.compile(r"([^,.?!;:]*)([,.?!;:]*)")
 
 
-class PhonemizerError(RuntimeError):
+class PhonemizerError(CallcenterError, RuntimeError):
     pass
 
 

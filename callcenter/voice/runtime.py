@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from callcenter.errors import CallcenterError
 from callcenter.voice.spectrum import CONV_TAPS, DELAY, HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
 
 VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
@@ -24,7 +25,7 @@ LN_EPS = 1e-5
 FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product per block covers 8 frames
 
 
-class VoiceFileError(RuntimeError):
+class VoiceFileError(CallcenterError, RuntimeError):
     pass
 
 

@@ -18,69 +18,13 @@ import contextlib
 from collections import OrderedDict
 from typing import AsyncIterator
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from callcenter.audio.frames import AudioFrame
 from callcenter.voice.espeak import EspeakTts, TtsError
+from callcenter.voice.settings import PROMPT_CACHE_MB, VoiceSettings, voice_problem, voice_settings
 from callcenter.voice.text import split_ready_sentences
 
-DEFAULT_VOICE = "ssm:joe"
-BACKENDS = ("ssm", "espeak")
-PROMPT_CACHE_MB = 32  # about 35 minutes of finished sentences at 8 kHz (the config's prompt_cache_mb)
 PROMPT_CACHE_BYTES = PROMPT_CACHE_MB * 2**20
 YIELD_EVERY_FRAMES = 50  # a cached sentence is handed over in bursts, letting other calls run between
-
-
-class VoiceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(DEFAULT_VOICE, description="backend:voice, e.g. ssm:joe, ssm:awb, ssm:slt, espeak:en-us")
-    speed: float = Field(1.0, ge=0.5, le=2.0, description="Speaking rate; 1.0 is normal, 1.2 is 20 % faster.")
-    pitch: float = Field(0.0, ge=-12, le=12, description="Pitch shift in semitones.")
-
-
-def voice_settings(value) -> VoiceSettings | None:
-    """A flow's `voice:` — a name ('ssm:awb') or a mapping (name, speed, pitch) — as settings."""
-    if value is None or isinstance(value, VoiceSettings):
-        return value
-    if isinstance(value, str):
-        return VoiceSettings(name=value)
-    return VoiceSettings(**value)
-
-
-def _ssm_voices() -> list[str]:
-    """The voices in the committed voice file (raises VoiceFileError if it cannot be read)."""
-    from callcenter.voice.ssm_tts import load_voices, sf_voices
-
-    return [f"ssm:{v}" for v in load_voices().voices + sf_voices()]
-
-
-def known_voices() -> list[str]:
-    """The voices this installation can speak with (ssm voices from the voice file; espeak-ng as a family)."""
-    from callcenter.voice.runtime import VoiceFileError
-
-    try:
-        names = _ssm_voices()
-    except VoiceFileError:  # no readable voice file: the ssm backend is unavailable
-        names = []
-    return names + ["espeak:<language>"]
-
-
-def voice_problem(name: str) -> str | None:
-    """Why `name` cannot be spoken with here, or None."""
-    from callcenter.voice.runtime import VoiceFileError
-
-    backend, _, voice = name.partition(":")
-    if backend not in BACKENDS or not voice:
-        return f"unknown voice {name!r}: expected one of {', '.join(known_voices())}"
-    if backend == "ssm":
-        try:
-            ssm = _ssm_voices()
-        except VoiceFileError as exc:
-            return f"voice {name!r} cannot be loaded: {exc}"
-        if name not in ssm:
-            return f"unknown voice {name!r}: this installation has {', '.join(ssm + ['espeak:<language>'])}"
-    return None
 
 
 class PromptCache:

@@ -21,7 +21,7 @@ import structlog
 
 from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav
-from callcenter.telephony.softphone import flite_voice
+from callcenter.voice.flite import flite_voice
 from callcenter.voice.phonemes import SYMBOLS, Phonemizer, phoneme_ids
 from callcenter.voice.pitch import yin_f0
 from callcenter.voice.spectrum import HOP

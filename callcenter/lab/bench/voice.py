@@ -30,8 +30,8 @@ import numpy as np
 import structlog
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm
-from callcenter.hearing.bench import EVAL_DIR
-from callcenter.hearing.wer import wer
+from callcenter.lab.bench.hearing import EVAL_DIR
+from callcenter.lab.wer import wer
 
 log = structlog.get_logger()
 
@@ -135,7 +135,7 @@ def reference_voices() -> dict:
 def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
     """hibari-tts af_heart, one thread, measured like our voices: first audio is its first
     sentence's audio (it makes a sentence at a time), RTF over its 8 kHz output."""
-    from callcenter.voice.judges import HibariReference
+    from callcenter.lab.judges import HibariReference
 
     ref = HibariReference(threads=1)
     first, rtf, audio = [], [], []
@@ -151,7 +151,7 @@ def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
 def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, stt_model: str | None = None,
                   references: bool = True, save_audio: Path | None = None, dnsmos: bool = True) -> dict:
     from callcenter.hearing.stt import WhisperStt
-    from callcenter.voice.judges import Dnsmos, JudgeMissing
+    from callcenter.lab.judges import Dnsmos, JudgeMissing
     from callcenter.voice.ssm_tts import load_voices
 
     sentences = held_out_sentences(count)

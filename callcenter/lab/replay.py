@@ -1,7 +1,7 @@
 """The call's hearing path replayed over a prepared line, in virtual time, for benchmarks and tests.
 
-The same stages a live call runs (`LineFront`: echo canceller and noise gate; `TurnDetector`; the
-recognizer) see the caller's line frame by frame. The agent's prompt plays from a queue the way the
+The same `Listener` a live call runs (echo canceller and noise gate, keypad, turn detector, decode
+bookkeeping), and the same recognizer, see the caller's line frame by frame. The agent's prompt plays from a queue the way the
 media bridge plays it: held while the caller may be interrupting, resumed after a backchannel,
 dropped on a real barge-in; its echo comes back through an `EchoPath`. Each decode runs for real
 and its result arrives its measured duration later, as on a call with a free core.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame, float_to_pcm
-from callcenter.hearing.front import HearingConfig, LineFront
-from callcenter.hearing.linesim import EchoPath
-from callcenter.hearing.turns import (BargeIn, Ended, Expectation, Pause, Resume, Started, Turn,
-                                      TurnDetector)
+from callcenter.call.caller import EchoPath
+from callcenter.hearing.front import HearingConfig
+from callcenter.hearing.listener import Listener
+from callcenter.hearing.turns import BargeIn, Ended, Expectation, Pause, Resume, Started, Turn
 
 TICK_S = FRAME_MS / 1000
 
@@ -52,10 +52,9 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
            agent_text: str = "") -> Replayed:
     """Run the hearing path over `caller` (float samples at 8 kHz; what the caller's side sends
     apart from the echo) while the agent plays `agent` from time 0."""
-    front = LineFront(config)
-    turns = TurnDetector(front.config.turns)
-    turns.expecting(expect or Expectation())
-    turns.agent_saying(agent_text)
+    listener = Listener(config)
+    listener.expecting(expect or Expectation())
+    listener.agent_saying(agent_text)
     out = Replayed()
     queue = [] if agent is None else [agent[i:i + FRAME_SAMPLES] for i in range(0, len(agent), FRAME_SAMPLES)]
     paused = False
@@ -66,7 +65,7 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
     cpu0 = time.process_time()
 
     def decode(pcm: bytes, t: float):
-        result = stt.transcribe_pcm(pcm, SAMPLE_RATE, turns.expect.hint)
+        result = stt.transcribe_pcm(pcm, SAMPLE_RATE, listener.expect.hint)
         out.decodes += 1
         return t + result.seconds, result
 
@@ -80,14 +79,12 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
         if echo is not None:
             x = x + echo.frame(sent)
         reference = float_to_pcm(sent)
-        stt_frame, vad_frame = front.process(AudioFrame(float_to_pcm(x)), reference, turns.in_speech)
-        events = turns.process(stt_frame, t, agent_talking=bool(queue), vad_frame=vad_frame,
-                               echo_floor=front.echo_floor)
+        events = listener.frame(AudioFrame(float_to_pcm(x)), reference, t, agent_talking=bool(queue))
         for ready, request, result in [p for p in pending if p[0] <= t]:
             pending.remove((ready, request, result))
             out.partials.append((ready, result.text, round(result.confidence, 2)))
             arrived[(request.turn_id, request.key)] = ready
-            events += turns.heard(request.turn_id, request.key, result.text, result.confidence)
+            events += listener.decoded(request.turn_id, request.key, result.text, result.confidence)
         for e in events:
             out.events.append((t, e))
             if isinstance(e, Started) and e.agent_talking:
@@ -104,20 +101,19 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
                 ready, result = decode(e.pcm, t)
                 pending.append((ready, e, result))
             elif isinstance(e, Ended):
-                out.finals.append(_final(e, t, pending, decode, arrived))
+                out.finals.append(_final(e, t, listener.covering(e.turn), pending, decode, arrived))
     out.cpu_s = time.process_time() - cpu0
     out.seconds = ticks * TICK_S
     return out
 
 
-def _final(e: Ended, t: float, pending, decode, arrived) -> Final:
+def _final(e: Ended, t: float, covering: tuple[int, int] | None, pending, decode, arrived) -> Final:
     turn = e.turn
     if turn.text is not None:
         return Final(turn.text, arrived.get((turn.turn_id, turn.text_key), t), turn, t)
-    covering = [(ready, result) for ready, request, result in pending
-                if request.turn_id == turn.turn_id and request.key >= turn.voiced_frames]
-    if covering:
-        ready, result = covering[-1]
+    running = [(ready, result) for ready, request, result in pending if (request.turn_id, request.key) == covering]
+    if running:
+        ready, result = running[-1]
         return Final(result.text, max(t, ready), turn, t)
     ready, result = decode(turn.pcm, t)
     return Final(result.text, ready, turn, t)

@@ -32,11 +32,11 @@ from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm, fr
 from callcenter.audio.wavfile import read_wav
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.vad import VAD_WINDOW_SAMPLES, SileroVad
-from callcenter.hearing.wer import wer
+from callcenter.lab.wer import wer
 
 log = structlog.get_logger()
 
-EVAL_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
+EVAL_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "eval"
 LEAD_S, TAIL_S = 0.3, 0.5          # the eval files' silence before and after the speech
 VAD_THRESHOLD = 0.5
 
@@ -161,7 +161,7 @@ def _with_tail(x: np.ndarray, seconds: float) -> np.ndarray:
 
 
 def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
-    from callcenter.hearing.replay import replay
+    from callcenter.lab.replay import replay
     from callcenter.hearing.turns import Expectation
 
     node_silence_ms = 700
@@ -211,8 +211,9 @@ DIGIT_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb", "joe"]
 
 
 def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
-    from callcenter.hearing.linesim import EchoPath, active_rms, babble, noise_at, place, speak, white
-    from callcenter.hearing.replay import replay
+    from callcenter.call.caller import EchoPath, speak
+    from callcenter.lab.linesim import active_rms, babble, noise_at, place, white
+    from callcenter.lab.replay import replay
 
     turns = limit or 20
     prompts = [(PROMPTS[i % len(PROMPTS)], speak(PROMPTS[i % len(PROMPTS)], ["joe", "awb", "slt"][i % 3]))
@@ -264,8 +265,9 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
 
 
 def _digits_part(stt, limit: int | None) -> dict:
-    from callcenter.dialog.digits import digits_hint, spoken_digits
-    from callcenter.hearing.linesim import active_rms, babble, noise_at, speak, white
+    from callcenter.text.digits import digits_hint, spoken_digits
+    from callcenter.call.caller import speak
+    from callcenter.lab.linesim import active_rms, babble, noise_at, white
 
     count = limit or 30
     rng = np.random.default_rng(7)

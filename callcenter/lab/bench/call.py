@@ -18,49 +18,19 @@ from pathlib import Path
 import numpy as np
 
 from callcenter.call.events import read_events
+from callcenter.call.latency import STAGES, turn_latencies
 from callcenter.memory import TRIM_EVERY_S, open_fds, rss_mb
-from callcenter.server import AgentProcess
-from callcenter.telephony.softphone import Softphone, scripted_caller
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.softphone import Softphone, scripted_caller
 from callcenter.voice.speaker import PROMPT_CACHE_MB
 
 CALLER_LINES = ("I have a question about my bill", "No thanks, that's all")
-STAGES = ("endpoint", "stt", "flow", "wait", "tts", "transport")
 
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def turn_latencies(events: list[dict]) -> list[dict]:
-    """Stage-by-stage latency (seconds) of each spoken caller turn that the agent answered."""
-    turns: dict[int, dict] = {}
-    for e in events:
-        t = turns.setdefault(e["turn"], {})
-        if e["kind"] not in t:
-            t[e["kind"]] = e
-    out = []
-    for n, t in sorted(turns.items()):
-        need = ("speech_end", "stt_final", "flow_decision", "tts_first_audio", "first_rtp_out")
-        if n == 0 or not all(k in t for k in need):
-            continue
-        end = t["speech_end"]
-        voice_end = end.get("last_voice_t", end["t"])
-        out.append({
-            "turn": n,
-            "at": end["wall"] - (end["t"] - voice_end),  # when the caller stopped speaking (Unix time)
-            "endpoint": end["t"] - voice_end,
-            "stt": t["stt_final"]["t"] - end["t"],
-            "flow": t["flow_decision"]["t"] - t["stt_final"]["t"],
-            # webhook or model time before the first words (0 for scripted nodes)
-            "wait": t["agent_say"]["t"] - t["flow_decision"]["t"] if "agent_say" in t else 0.0,
-            "tts": t["tts_first_audio"]["t"] - t.get("agent_say", t["flow_decision"])["t"],
-            "transport": t["first_rtp_out"]["t"] - t["tts_first_audio"]["t"],
-            "after_endpoint": t["first_rtp_out"]["t"] - end["t"],
-            "voice_to_voice": t["first_rtp_out"]["t"] - voice_end,
-        })
-    return out
 
 
 def _pct(xs: list[float]) -> dict:
@@ -126,7 +96,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
     `prompt_cache_mb` overrides the agents' prompt cache (0: every call synthesises every sentence).
     `stagger_s`: the first `concurrent` calls start this far apart (0: all at once, so every caller
     speaks at the same instant, a harder burst than callers arriving on their own)."""
-    from callcenter.workers import Fleet
+    from callcenter.lab.fleet import Fleet
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
     # caller speaks after the greeting and menu prompt, and again after the answer
@@ -198,7 +168,7 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
     latencies. The callers' own aiortc work runs on the same machine and is not counted."""
     import asyncio
 
-    from callcenter.telephony.browser_caller import BrowserCaller
+    from callcenter.lab.browser_caller import BrowserCaller
     from callcenter.telephony.webrtc import use_host_candidates
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-webrtc-"))
@@ -280,7 +250,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
     import random
     import threading
 
-    from callcenter.workers import Fleet
+    from callcenter.lab.fleet import Fleet
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-soak-"))
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)

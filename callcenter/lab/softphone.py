@@ -9,15 +9,17 @@ import subprocess
 import time
 from pathlib import Path
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav, write_wav
+from callcenter.voice.flite import flite_voice
 
 BARESIP_MODULES = ("stdio", "g711", "aufile", "aubridge", "sndfile", "account", "menu")
 MODULE_DIRS = ("/usr/lib/baresip/modules", "/usr/lib/x86_64-linux-gnu/baresip/modules",
                "/usr/lib/aarch64-linux-gnu/baresip/modules", "/usr/local/lib/baresip/modules")
 
 
-class SoftphoneError(RuntimeError):
+class SoftphoneError(CallcenterError, RuntimeError):
     pass
 
 
@@ -26,14 +28,6 @@ def _module_dir() -> str:
         if Path(d, "g711.so").exists():
             return d
     raise SoftphoneError("baresip modules not found (apt-get install baresip-core)")
-
-
-def flite_voice(text: str, out: Path, voice: str = "kal") -> Path:
-    """Caller speech from flite (Debian): a synthetic but intelligible telephone caller."""
-    if not shutil.which("flite"):
-        raise SoftphoneError("the scripted caller's voice needs flite (apt-get install flite)")
-    subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(out)], check=True)
-    return out
 
 
 def scripted_caller(lines: tuple[str, ...] | list[str], workdir: Path, lead_s: float, gap_s: float,

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from callcenter.call.events import read_events
-from callcenter.server import AgentProcess
+from callcenter.lab.agent_process import AgentProcess
 from callcenter.telephony.config import load_sip_config
-from callcenter.telephony.softphone import Softphone, scripted_caller
+from callcenter.lab.softphone import Softphone, scripted_caller
 
 DEMO_LINES = ("I have a question about my bill", "No thanks, that's all")
 

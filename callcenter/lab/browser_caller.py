@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav
 from callcenter.telephony.webrtc import KEYPAD_CHANNEL, CallerAudio, FrameClock, av_frame
 
 
-class BrowserCallError(RuntimeError):
+class BrowserCallError(CallcenterError, RuntimeError):
     """The gateway refused the call (busy, bad offer) or the connection did not come up."""
 
     def __init__(self, status: int, error: str, message: str):

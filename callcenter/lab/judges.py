@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE
 
 DNSMOS_RATE = 16000
@@ -29,7 +30,7 @@ DNSMOS_POLY = ((0.0052439, 1.22083953, -0.08397278), (-0.39604546, 1.60915514, -
                (0.04602535, 1.11546468, -0.06766283))
 
 
-class JudgeMissing(RuntimeError):
+class JudgeMissing(CallcenterError, RuntimeError):
     """A judge's weights or package is not installed."""
 
 

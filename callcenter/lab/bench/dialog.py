@@ -18,7 +18,7 @@ from pathlib import Path
 from callcenter.dialog.flow import LlmNode, load_flow
 from callcenter.dialog.nlu import IntentMatcher, SemanticMatcher
 
-FLOW = Path(__file__).resolve().parents[2] / "flows" / "triage.yaml"
+FLOW = Path(__file__).resolve().parents[3] / "flows" / "triage.yaml"
 NODE = "triage"
 
 TEST_SET: list[tuple[str, str | None]] = [

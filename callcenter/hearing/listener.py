@@ -1,0 +1,116 @@
+"""The one hearing path of a call, without I/O: line frames and decode results in, typed outcomes out.
+
+`Listener` owns the line front (echo canceller, noise gate), in-band keypad detection, the turn
+detector, the bookkeeping of which parts of a turn are being decoded, and the de-duplication of a
+key press that arrives both as an RFC 4733 event and as a tone. It never waits, starts a thread or
+touches a clock: the live call (`call/session.py`) carries its outcomes out on the event loop, and
+the lab's replay drives the very same class on a virtual clock, so the barge-in tests test what
+ships. (LiveKit Agents' `RecognitionHooks` sit on the same seam.)
+
+Outcomes, in the order they happened within a frame:
+- `Started` (hold the agent's voice if `agent_talking`), `Resume`, `BargeIn` (interrupt),
+  `Discarded`: the turn detector's own events;
+- `Pause`: decode this much of the turn, then hand the text to `decoded()`; the same part of a
+  turn is never asked for twice;
+- `Ended`: the caller's turn is over; `covering(turn)` says which decode already in flight covers
+  it (None: decode `turn.pcm` now, unless `turn.text` is already known);
+- `Key`: a keypad digit, from the tones in the audio (`frame()`) or from signalling (`key()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from callcenter.audio.frames import AudioFrame, silence
+from callcenter.hearing.dtmf import InbandDtmf
+from callcenter.hearing.front import HearingConfig, LineFront
+from callcenter.hearing.turns import Ended, Event, Expectation, Pause, Turn, TurnDetector
+
+DTMF_DEDUP_S = 0.5  # one key press heard both as an RFC 4733 event and as an in-band tone
+KEEP_DECODES_OF_TURNS = 2  # decode requests of older turns are forgotten
+
+
+@dataclass(frozen=True)
+class Key:
+    digit: str
+    source: str  # inband | rfc4733 | webrtc
+
+
+Outcome = Event | Key
+
+
+class Listener:
+    def __init__(self, config: HearingConfig | None = None):
+        self.front = LineFront(config)
+        self.config = self.front.config
+        self.turns = TurnDetector(self.config.turns)
+        self.keypad = InbandDtmf()
+        self._requested: set[tuple[int, int]] = set()  # (turn id, frames covered) sent out as Pause
+        self._last_key: tuple[str, float, str] | None = None
+
+    # ---------------------------------------------------------------- what the call tells us
+    def expecting(self, expect: Expectation) -> None:
+        self.turns.expecting(expect)
+
+    def agent_saying(self, text: str) -> None:
+        self.turns.agent_saying(text)
+
+    @property
+    def expect(self) -> Expectation:
+        return self.turns.expect
+
+    @property
+    def in_speech(self) -> bool:
+        return self.turns.in_speech
+
+    @property
+    def floor_db(self) -> float:
+        return self.turns.floor_db
+
+    # ---------------------------------------------------------------- inputs
+    def frame(self, caller: AudioFrame, reference: bytes | None, now: float, agent_talking: bool) -> list[Outcome]:
+        """One 20 ms line frame: what the caller sent and what the agent sent in the same tick."""
+        out: list[Outcome] = []
+        for digit in self.keypad.process(caller):
+            key = self.key(digit, "inband", now)
+            if key is not None:
+                out.append(key)
+        if self.keypad.tone_on:  # a keypad tone is not caller speech
+            caller = silence()
+        stt_frame, vad_frame = self.front.process(caller, reference, self.turns.in_speech)
+        out += self._new(self.turns.process(stt_frame, now, agent_talking, vad_frame=vad_frame,
+                                            echo_floor=self.front.echo_floor))
+        return out
+
+    def decoded(self, turn_id: int, key: int, text: str, confidence: float) -> list[Outcome]:
+        """The text of a `Pause` decode."""
+        return self._new(self.turns.heard(turn_id, key, text, confidence))
+
+    def key(self, digit: str, source: str, now: float) -> Key | None:
+        """A key press; None when it is the same press already heard from the other source."""
+        last = self._last_key
+        self._last_key = (digit, now, source)
+        if last and last[0] == digit and last[2] != source and now - last[1] < DTMF_DEDUP_S:
+            return None
+        return Key(digit, source)
+
+    # ---------------------------------------------------------------- decode bookkeeping
+    def covering(self, turn: Turn) -> tuple[int, int] | None:
+        """The decode in flight that already covers all of `turn` (the latest), if any."""
+        keys = [k for k in self._requested if k[0] == turn.turn_id and k[1] >= turn.voiced_frames]
+        return max(keys) if keys else None
+
+    def _new(self, events: list[Event]) -> list[Outcome]:
+        out: list[Outcome] = []
+        for e in events:
+            if isinstance(e, Pause):
+                key = (e.turn_id, e.key)
+                if key in self._requested:
+                    continue
+                self._requested.add(key)
+                self._requested = {k for k in self._requested if k[0] >= e.turn_id - KEEP_DECODES_OF_TURNS + 1}
+            out.append(e)
+        return out
+
+
+__all__ = ["Listener", "Key", "Outcome", "Ended", "DTMF_DEDUP_S"]

@@ -1,0 +1,1 @@
+"""Bench commands: `callcenter bench call|soak|webrtc|tts|stt|nlu`."""

@@ -1,0 +1,96 @@
+"""`serve --workers N` behind a real Kamailio, as child processes on loopback: what the scaling
+tests and `bench call --workers N` run."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from callcenter.telephony.config import load_sip_config
+from callcenter.workers import worker_uris
+
+
+class Fleet:
+    """`serve --workers N` with Kamailio in front, as child processes on loopback: what the scaling
+    test and `bench call --workers N` run. Callers dial `uri` (the balancer)."""
+
+    def __init__(self, workdir: Path, flow: str | Path, workers: int, sip_port: int, balancer_port: int,
+                 rtp_port: int = 31000, extra_config: str = ""):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.flow = str(flow)
+        self.workers = workers
+        self.sip_port = sip_port
+        self.balancer_port = balancer_port
+        self.recordings = self.dir / "recordings"
+        self.config = self.dir / "sip.yaml"
+        self.config.write_text(f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\n"
+                               f"max_calls: 4\nrecordings: {self.recordings}\n" + extra_config)
+        self.log_path = self.dir / "workers.log"
+        self.kamailio_log = self.dir / "kamailio.log"
+        self.uri = f"sip:agent@127.0.0.1:{balancer_port}"
+        self.pool: subprocess.Popen | None = None
+        self.kamailio: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 180) -> "Fleet":
+        self.pool = subprocess.Popen([sys.executable, "-m", "callcenter.cli", "serve", "--workers", str(self.workers),
+                                      "--config", str(self.config), "--flow", self.flow],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"))
+        deadline = time.monotonic() + timeout
+        while len(self.log_lines("sip_listening")) < self.workers:
+            if time.monotonic() > deadline or self.pool.poll() is not None:
+                raise RuntimeError(f"workers did not start:\n{self.log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        from callcenter.telephony.kamailio import write_kamailio_config
+
+        cfg = write_kamailio_config(self.dir / "kamailio", f"127.0.0.1:{self.balancer_port}",
+                                    worker_uris(load_sip_config(self.config), self.workers))
+        self.kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(self.dir / "kam.pid")],
+                                         stdout=subprocess.DEVNULL, stderr=open(self.kamailio_log, "wb"))
+        time.sleep(2.0)
+        if self.kamailio.poll() is not None:
+            raise RuntimeError(f"kamailio exited:\n{self.kamailio_log.read_text()[-3000:]}")
+        return self
+
+    def log_lines(self, event: str) -> list[dict]:
+        import json
+
+        out = []
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        for line in text.splitlines():
+            if f'"{event}"' in line:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def warmed(self) -> bool:
+        """Has every worker synthesised its flow's fixed prompts (`prompts_warmed`)?"""
+        return len(self.log_lines("prompts_warmed")) >= self.workers
+
+    def worker_pids(self) -> list[int]:
+        latest: dict[int, int] = {}
+        for w in self.log_lines("worker_started"):
+            latest[w["worker"]] = w["pid"]
+        return [latest[i] for i in sorted(latest)]
+
+    def calls(self) -> list[Path]:
+        return sorted(self.recordings.glob("*/*.jsonl"))
+
+    def stop(self) -> None:
+        if self.kamailio and self.kamailio.poll() is None:
+            self.kamailio.terminate()
+            try:
+                self.kamailio.wait(10)
+            except subprocess.TimeoutExpired:  # never leave the pool running because Kamailio was slow
+                self.kamailio.kill()
+        if self.pool and self.pool.poll() is None:
+            self.pool.send_signal(signal.SIGTERM)
+            try:
+                self.pool.wait(30)
+            except subprocess.TimeoutExpired:
+                self.pool.kill()

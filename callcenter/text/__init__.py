@@ -1,0 +1,1 @@
+"""Text grammars shared by hearing and dialog (spoken digit strings)."""

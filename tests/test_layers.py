@@ -1,0 +1,105 @@
+"""The house drawing: each package sits on a floor and imports only from floors below it (or from
+itself); product code never imports the lab wing; light commands stay light."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "callcenter"
+
+# lowest first; a unit is a subpackage (`callcenter/voice/`) or a top-level module (`callcenter/cli.py`)
+FLOORS = [
+    {"__init__", "errors"},
+    {"logs", "audio", "text", "yamlfile", "memory", "metrics"},
+    {"hearing", "voice"},
+    {"telephony", "dialog"},
+    {"call"},
+    {"supervisor", "flowtest"},
+    {"server", "workers"},
+    {"lab"},
+    {"cli"},
+]
+FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "callcenter"
+
+
+def imports(path: Path):
+    """(module imported, line, imported inside a function?) for every callcenter import in `path`."""
+    tree = ast.parse(path.read_text())
+    nested = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nested.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "callcenter":
+            names = [f"callcenter.{a.name}" for a in node.names] if node.module == "callcenter" else [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "callcenter"]
+        for name in names:
+            yield name, node.lineno, id(node) in nested
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        yield path, ".".join(rel.parts)
+
+
+def test_every_unit_has_a_floor():
+    units = {unit_of(m) for _, m in modules()} - {"callcenter"}
+    assert units <= set(FLOOR), f"put these on a floor in FLOORS: {sorted(units - set(FLOOR))}"
+
+
+def test_no_import_runs_up_a_floor_or_sideways():
+    wrong = []
+    for path, module in modules():
+        here = unit_of(module)
+        if here == "callcenter":
+            continue
+        for name, line, _ in imports(path):
+            there = unit_of(name)
+            if there == here:
+                continue
+            if FLOOR[there] >= FLOOR[here]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {here} (floor {FLOOR[here]}) imports {name} "
+                             f"(floor {FLOOR[there]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_product_code_never_imports_the_lab():
+    """Only the command line reaches into the lab, and only inside its bench and demo commands."""
+    wrong = []
+    for path, module in modules():
+        if unit_of(module) == "lab":
+            continue
+        for name, line, in_function in imports(path):
+            if unit_of(name) == "lab" and not (module == "callcenter.cli" and in_function):
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _loaded_by(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+HEAVY = {"torch", "scipy", "pjsua2", "soxr", "noisereduce", "ctranslate2", "faster_whisper", "aiortc", "onnxruntime"}
+
+
+def test_flows_check_and_the_console_stay_light():
+    check = _loaded_by("from callcenter.cli import main\nmain(['flows', 'check', 'flows/support.yaml'])")
+    assert not HEAVY & check, f"flows check loads {sorted(HEAVY & check)}"
+    console = _loaded_by("import callcenter.supervisor.tui")
+    assert not (HEAVY | {"numpy"}) & console, f"the console loads {sorted((HEAVY | {'numpy'}) & console)}"
