@@ -138,13 +138,13 @@ def cmd_serve(args) -> int:
 
 
 def cmd_kamailio_config(args) -> int:
-    from callcenter.telephony.config import load_sip_config
+    from callcenter.telephony.config import load_server_config
     from callcenter.telephony.kamailio import write_kamailio_config
     from callcenter.workers import worker_uris
 
     workers = list(args.worker or [])
     if args.config:
-        workers += worker_uris(load_sip_config(args.config), args.workers)
+        workers += worker_uris(load_server_config(args.config), args.workers)
     if not workers:
         raise CliError("name the workers: --config CONFIG --workers N (as serve --workers N runs them), "
                        "or --worker sip:HOST:PORT for each")
@@ -188,10 +188,10 @@ def cmd_tui(args) -> int:
     recordings = Path(args.recordings)
     try:
         if args.config:  # every worker of `serve --workers N --config C`: control ports control.port + i
-            from callcenter.telephony.config import load_sip_config
+            from callcenter.telephony.config import load_server_config
             from callcenter.workers import worker_control_urls
 
-            cfg = load_sip_config(args.config)
+            cfg = load_server_config(args.config)
             urls += worker_control_urls(cfg, args.workers)
             recordings = Path(cfg.recordings)
         return run_tui(urls or ["http://127.0.0.1:8470"], args.token_file, recordings)

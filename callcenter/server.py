@@ -25,7 +25,7 @@ from callcenter.dialog.services import FlowServices
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
-from callcenter.telephony.config import SipConfig, load_sip_config
+from callcenter.telephony.config import ServerConfig, load_server_config
 from callcenter.telephony.sip import SIP_OK, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint, SipError
 from callcenter.voice.ambience import Ambience
 from callcenter.voice.speaker import make_tts
@@ -50,7 +50,7 @@ class LiveCall:
     transport = "sip"
     transfer_bridges = False  # True: a transfer keeps the agent in the media path (no REFER possible)
 
-    def __init__(self, agent: "Agent", call_id: str, remote_uri: str, variables: dict[str, str],
+    def __init__(self, agent: "CallServer", call_id: str, remote_uri: str, variables: dict[str, str],
                  transport_id: dict[str, str] | None = None):
         self.agent = agent
         self.call_id = call_id
@@ -186,7 +186,7 @@ class LiveCall:
 class SipLiveCall(LiveCall):
     """A call on a SIP line: one pjsua2 dialog (on the SIP thread) and its session (on the loop)."""
 
-    def __init__(self, agent: "Agent", call: SipCall, info: CallInfo):
+    def __init__(self, agent: "CallServer", call: SipCall, info: CallInfo):
         super().__init__(agent, new_call_id("sip"), info.remote_uri, caller_variables(info.remote_uri),
                          {"sip_call_id": info.call_id})
         self.call = call
@@ -234,7 +234,7 @@ class WebRtcLiveCall(LiveCall):
     transport = "webrtc"
     transfer_bridges = True
 
-    def __init__(self, agent: "Agent", peer, remote_address: str):
+    def __init__(self, agent: "CallServer", peer, remote_address: str):
         remote = f"webrtc:{remote_address}"
         super().__init__(agent, peer.call_id, remote, {"caller": remote, "caller_number": ""})
         self.peer = peer
@@ -335,8 +335,10 @@ def caller_variables(remote: str) -> dict[str, str]:
     return {"caller": uri, "caller_number": user}
 
 
-class Agent:
-    def __init__(self, config: SipConfig, flows: FlowLibrary, stt: WhisperStt, tts):
+class CallServer:
+    """One process's call server: SIP endpoint, WebRTC gateway, control API, and the live calls."""
+
+    def __init__(self, config: ServerConfig, flows: FlowLibrary, stt: WhisperStt, tts):
         self.config = config
         self.flows = flows
         self.stt = stt
@@ -494,7 +496,7 @@ class Agent:
 
 
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:
-    config = load_sip_config(config_path)
+    config = load_server_config(config_path)
     limit_arenas(config.malloc_arenas)  # before the models' and media threads allocate
     flows = FlowLibrary(flow_path, prepare=lambda new: Ambience(new.ambience))  # a new version's line noise
     flow = flows.current
@@ -509,7 +511,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     from callcenter.dialog.embed import shared_encoder
 
     shared_encoder()  # and the sentence embeddings for intents
-    agent = Agent(config, flows, stt, tts)
+    agent = CallServer(config, flows, stt, tts)
     log.info("startup_objects_frozen", objects=freeze_startup_objects())  # out of the collector's way
 
     async def main() -> None:

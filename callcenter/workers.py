@@ -15,7 +15,7 @@ import structlog
 import yaml
 
 from callcenter.memory import libc_function
-from callcenter.telephony.config import SipConfig, load_sip_config
+from callcenter.telephony.config import ServerConfig, load_server_config
 
 log = structlog.get_logger()
 
@@ -33,7 +33,7 @@ def _end_with_supervisor() -> None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple[Path, SipConfig]]:
+def worker_configs(config: ServerConfig, workers: int, run_dir: Path) -> list[tuple[Path, ServerConfig]]:
     """Worker i listens on listen.port + i, RTP from rtp_port + 1000·i, control port + i, browser
     calls on webrtc port + i (each worker its own /call page; a web front end spreads browsers)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -49,24 +49,24 @@ def worker_configs(config: SipConfig, workers: int, run_dir: Path) -> list[tuple
             data["webrtc"]["port"] = config.webrtc.port + i if config.webrtc.port else 0
         path = run_dir / f"worker-{i}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        out.append((path, SipConfig.model_validate(data)))
+        out.append((path, ServerConfig.model_validate(data)))
     return out
 
 
-def worker_control_urls(config: SipConfig, workers: int) -> list[str]:
+def worker_control_urls(config: ServerConfig, workers: int) -> list[str]:
     """The control APIs of `serve --workers N` (control.port + i), for `callcenter tui --config`."""
     if config.control is None:
         raise ValueError("the config has no control: section, so the workers have no control API")
     return [f"http://{config.control.host}:{config.control.port + i}" for i in range(workers)]
 
 
-def worker_uris(config: SipConfig, workers: int) -> list[str]:
+def worker_uris(config: ServerConfig, workers: int) -> list[str]:
     return [f"sip:{config.listen.host}:{config.listen.port + i}" for i in range(workers)]
 
 
 class WorkerPool:
     def __init__(self, config_path: str, flow: str, workers: int, stt_model: str | None = None):
-        self.config = load_sip_config(config_path)
+        self.config = load_server_config(config_path)
         self.flow = flow
         self.stt_model = stt_model
         self.configs = worker_configs(self.config, workers, Path(self.config.recordings) / ".workers")

@@ -93,17 +93,17 @@ def test_negotiated_codec_is_the_answers_first_payload():
 
 
 def test_webrtc_config_and_worker_ports(tmp_path):
-    from callcenter.telephony.config import load_sip_config
+    from callcenter.telephony.config import load_server_config
     from callcenter.workers import worker_configs
 
-    cfg = load_sip_config("sip_configs/local.yaml")
+    cfg = load_server_config("sip_configs/local.yaml")
     assert cfg.webrtc is not None and cfg.webrtc.port == 8480 and cfg.webrtc.max_calls == 2
     ports = [c.webrtc.port for _, c in worker_configs(cfg, 3, tmp_path)]
     assert ports == [8480, 8481, 8482]
     bad = tmp_path / "bad.yaml"
     bad.write_text("webrtc:\n  candidates: [my-laptop]\n")
     with pytest.raises(Exception, match=r"bad.yaml:2.*candidates"):
-        load_sip_config(bad)
+        load_server_config(bad)
 
 
 # ---------------------------------------------------------------- live calls

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from callcenter.call.events import read_events
 from callcenter.lab.agent_process import AgentProcess
-from callcenter.telephony.config import load_sip_config
+from callcenter.telephony.config import load_server_config
 from callcenter.lab.softphone import Softphone, scripted_caller
 
 DEMO_LINES = ("I have a question about my bill", "No thanks, that's all")
 
 
 def run_demo(config: str, flow: str, out: Path) -> int:
-    cfg = load_sip_config(config)
+    cfg = load_server_config(config)
     work = Path(tempfile.mkdtemp(prefix="callcenter-demo-"))
     mic = scripted_caller(DEMO_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=8.0)
     agent = AgentProcess(work, cfg.listen.port, cfg.rtp_port, flow, recordings=cfg.recordings)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from callcenter.telephony.config import load_sip_config
+from callcenter.telephony.config import load_server_config
 from callcenter.workers import worker_uris
 
 
@@ -47,7 +47,7 @@ class Fleet:
         from callcenter.telephony.kamailio import write_kamailio_config
 
         cfg = write_kamailio_config(self.dir / "kamailio", f"127.0.0.1:{self.balancer_port}",
-                                    worker_uris(load_sip_config(self.config), self.workers))
+                                    worker_uris(load_server_config(self.config), self.workers))
         self.kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(self.dir / "kam.pid")],
                                          stdout=subprocess.DEVNULL, stderr=open(self.kamailio_log, "wb"))
         time.sleep(2.0)

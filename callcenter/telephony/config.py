@@ -120,7 +120,9 @@ class WebRtc(_Strict):
         return networks(v)
 
 
-class SipConfig(_Strict):
+class ServerConfig(_Strict):
+    """The whole `serve` config (sip.yaml): SIP, media, WebRTC, control API, recordings, limits."""
+
     agent_user: str = Field("agent", description="the user part of the agent's SIP URI")
     listen: Listen = Listen()
     rtp_port: int = Field(40000, ge=1024, le=65000, description="first local RTP port")
@@ -169,6 +171,6 @@ class SipConfig(_Strict):
         return any(address in ipaddress.ip_network(net, strict=False) for net in self.acl)
 
 
-def load_sip_config(path: str | Path) -> SipConfig:
-    cfg, _ = load_model(path, SipConfig)
+def load_server_config(path: str | Path) -> ServerConfig:
+    cfg, _ = load_model(path, ServerConfig)
     return cfg

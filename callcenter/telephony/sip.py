@@ -27,7 +27,7 @@ import structlog
 
 from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_MS, SAMPLE_RATE
-from callcenter.telephony.config import SipConfig
+from callcenter.telephony.config import ServerConfig
 
 log = structlog.get_logger()
 
@@ -343,7 +343,7 @@ class SipEndpoint:
     """Owns pjsua2 on one thread. `on_incoming(call, info)` is called on the asyncio loop for each
     new call that fits under max_calls; the callee decides by calling `answer()`."""
 
-    def __init__(self, config: SipConfig, loop: asyncio.AbstractEventLoop,
+    def __init__(self, config: ServerConfig, loop: asyncio.AbstractEventLoop,
                  on_incoming: Callable[[SipCall, CallInfo], None], other_calls: Callable[[], int] = lambda: 0):
         self.config = config
         self.loop = loop
