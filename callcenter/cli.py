@@ -67,6 +67,8 @@ def cmd_say(args) -> int:
     async def render() -> bytes:
         return b"".join([ambience.process(f.pcm) async for f in tts.stream(args.text)])
 
+    if not args.text.strip():
+        raise CliError("nothing to say: the text is empty")
     pcm = asyncio.run(render())
     write_wav(args.out, pcm)
     print(f"{args.out}: {len(pcm) / 16000:.2f} s at 8 kHz")
@@ -120,11 +122,27 @@ def cmd_transcribe(args) -> int:
     from callcenter.audio.wavfile import read_wav
     from callcenter.hearing.stt import WhisperStt
 
+    from callcenter.audio.frames import SAMPLE_RATE, SAMPLE_WIDTH
+    from callcenter.hearing.stt import LONG_WINDOW_S
+
     stt = WhisperStt(args.stt_model)
     for path in args.wav:
-        result = stt.transcribe_pcm(read_wav(path))
-        print(f"{path}\t{result.text}\t(confidence {result.confidence:.2f})" if len(args.wav) > 1 else result.text)
+        pcm = read_wav(path)
+        seconds = len(pcm) / SAMPLE_WIDTH / SAMPLE_RATE
+        if seconds > LONG_WINDOW_S:  # in pieces with their times: Whisper hears 30 s at a time
+            pieces = stt.transcribe_long(pcm)
+            print(f"{path}: {seconds:.1f} s in {len(pieces)} pieces")
+            for start, end, result in pieces:
+                print(f"[{_clock(start)}-{_clock(end)}] {result.text}")
+            continue
+        result = stt.transcribe_pcm(pcm)
+        text = result.text or "(no speech)"
+        print(f"{path}\t{text}\t(confidence {result.confidence:.2f})" if len(args.wav) > 1 else text)
     return 0
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
 
 
 def cmd_serve(args) -> int:
@@ -163,6 +181,10 @@ def cmd_kamailio_config(args) -> int:
 def cmd_demo(args) -> int:
     from callcenter.lab.demo import run_demo
 
+    for what, path in (("--config", args.config), ("--flow", args.flow)):
+        if not Path(path).is_file():
+            raise CliError(f"{path}: no such file ({what}); run the demo from the repository's folder, or "
+                           f"name the files with --config and --flow")
     return run_demo(args.config, args.flow, Path(args.out))
 
 
@@ -170,8 +192,10 @@ def cmd_flows_check(args) -> int:
     bad = 0
     for path in args.files:
         try:
-            _flow(path)
-            print(f"{path}: ok")
+            flow = _flow(path)
+            for warning in flow.warnings:
+                print(warning)
+            print(f"{path}: ok" + (f" ({len(flow.warnings)} warnings)" if flow.warnings else ""))
         except UserFileError as exc:
             bad += 1
             print(str(exc))

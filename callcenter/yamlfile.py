@@ -50,6 +50,28 @@ def _positions(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]
     return pos
 
 
+def _duplicates(node: yaml.Node | None, path: Path) -> list[str]:
+    """Every key that appears twice in one mapping (PyYAML would keep the last one silently), at
+    the line of the repeat."""
+    out: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Node] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                first = seen.get(key.value)
+                if first is not None:
+                    out.append(f"{path}:{key.start_mark.line + 1}:{key.start_mark.column + 1}: duplicate key "
+                               f"{key.value!r} (first at line {first.start_mark.line + 1}); keys must be unique "
+                               "in a mapping")
+                else:
+                    seen[key.value] = key
+            out += _duplicates(value, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            out += _duplicates(item, path)
+    return out
+
+
 class LocatedYaml:
     """A parsed YAML document that can tell where any key path sits in the file."""
 
@@ -64,6 +86,9 @@ class LocatedYaml:
             raise UserFileError([f"{where}: invalid YAML: {exc.problem or exc}"]) from None
         except yaml.YAMLError as exc:
             raise UserFileError([f"{path}: invalid YAML: {exc}"]) from None
+        duplicates = _duplicates(node, path)
+        if duplicates:
+            raise UserFileError(duplicates)
         self._pos = _positions(node) if node is not None else {}
 
     def file_loc(self, loc: tuple) -> tuple:

@@ -50,7 +50,7 @@ def test_read_wav_errors_are_clear(tmp_path):
         read_wav(tmp_path / "missing.wav")
     bad = tmp_path / "bad.wav"
     bad.write_bytes(b"not a wav at all")
-    with pytest.raises(AudioFileError, match="not a PCM WAV"):
+    with pytest.raises(AudioFileError, match="not a WAV file"):
         read_wav(bad)
 
 

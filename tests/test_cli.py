@@ -64,7 +64,63 @@ def test_transcribe_garbage_file(tmp_path):
     p = tmp_path / "x.wav"
     p.write_bytes(b"RIFF0000garbage")
     r = cc("transcribe", p)
-    assert r.returncode == 2 and "not a PCM WAV" in r.stderr
+    assert r.returncode == 2 and "not a WAV file" in r.stderr
+
+
+def test_transcribe_reads_every_encoding_and_refuses_what_is_not_audio(tmp_path, caller_voice):
+    import shutil
+    import subprocess
+
+    if not shutil.which("sox"):
+        pytest.skip("sox is not installed")
+    bill = caller_voice("bill", "I have a question about my bill")
+    files = []
+    for name, args in (("ulaw", ["-e", "mu-law"]), ("alaw", ["-e", "a-law"]), ("f32", ["-e", "floating-point", "-b", "32"]),
+                       ("s24", ["-b", "24", "-r", "48000"])):
+        files.append(tmp_path / f"{name}.wav")
+        subprocess.run(["sox", str(bill), *args, str(files[-1])], check=True)
+    r = cc("transcribe", *files)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("bill" in line.lower() for line in lines), r.stdout
+    # a header and no audio, a text file, an empty file: one clear line each, no transcript
+    header_only = tmp_path / "empty.wav"
+    subprocess.run(["sox", str(bill), str(header_only), "trim", "0", "0"], check=True)
+    text = tmp_path / "notes.wav"
+    text.write_text("call Dana back about the refund\n")
+    empty = tmp_path / "zero.wav"
+    empty.write_bytes(b"")
+    for path, words in ((header_only, "holds no audio"), (text, "not a WAV file"), (empty, "empty file")):
+        r = cc("transcribe", path)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.stdout == ""
+
+
+def test_transcribe_a_long_recording_in_timed_pieces(tmp_path, caller_voice):
+    from callcenter.audio.wavfile import read_wav, write_wav
+
+    lines = ["I have a question about my bill", "The modem shows no signal since Monday",
+             "Please send a technician on Thursday morning"]
+    pcm = b"".join(read_wav(caller_voice(f"long{i}", text)) + bytes(8000) for i, text in enumerate(lines)) * 4
+    path = tmp_path / "long.wav"
+    write_wav(path, pcm)
+    r = cc("transcribe", path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip().splitlines()
+    assert out[0].startswith(f"{path}: ") and " pieces" in out[0]
+    pieces = out[1:]
+    assert len(pieces) >= 2 and all(p.startswith("[") for p in pieces)
+    heard = " ".join(pieces).lower()
+    assert heard.count("bill") >= 3 and heard.count("thursday") >= 3, heard  # nothing cut off at the end
+    assert pieces[-1].split("]")[0].endswith(f"{len(pcm) / 16000 % 60:04.1f}")
+
+
+def test_say_nothing_and_demo_outside_the_repository(tmp_path):
+    r = cc("say", "  ", "--out", tmp_path / "x.wav")
+    assert r.returncode == 2 and "nothing to say" in r.stderr and not (tmp_path / "x.wav").exists()
+    r = subprocess.run([sys.executable, "-m", "callcenter.cli", "demo"], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=60)
+    assert r.returncode == 2 and "run the demo from the repository" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_simulate_unknown_caller_step(tmp_path):

@@ -50,8 +50,11 @@ def test_good_flow(tmp_path):
 
 
 def test_unknown_node_names_file_line_and_field(tmp_path):
+    # one typo, one line: the near miss is named, and what it cut off is not reported as unreachable
     ps = problems(tmp_path, GOOD.replace("next: menu", "next: menuu"))
-    assert f"{tmp_path / 'flow.yaml'}:7:5: unknown node 'menuu'" in ps
+    assert ps == [f"{tmp_path / 'flow.yaml'}:7:5: unknown node 'menuu' (did you mean 'menu'?)"]
+    ps = problems(tmp_path, GOOD.replace("next: menu", "next: elsewhere"))
+    assert f"{tmp_path / 'flow.yaml'}:7:5: unknown node 'elsewhere'" in ps
     assert any("node 'menu' is unreachable" in p for p in ps)
 
 

@@ -40,3 +40,13 @@ def ulaw_roundtrip(pcm: bytes) -> bytes:
         table = np.frombuffer(ulaw_decode(ulaw_encode(every.tobytes())), dtype="<i2")
         _ROUNDTRIP = np.roll(table, -32768)  # indexed by the sample's bits read as unsigned
     return _ROUNDTRIP[np.frombuffer(pcm, dtype="<u2")].tobytes()
+
+
+def alaw_decode(data: bytes) -> bytes:
+    """G.711 A-law bytes → 16-bit PCM (ITU-T G.711, as in the reference coder)."""
+    a = np.frombuffer(data, dtype=np.uint8).astype(np.int32) ^ 0x55
+    sign = a & 0x80
+    exponent = (a >> 4) & 0x07
+    mantissa = a & 0x0F
+    mag = np.where(exponent == 0, (mantissa << 4) + 8, ((mantissa << 4) + 0x108) << np.maximum(exponent - 1, 0))
+    return np.where(sign != 0, mag, -mag).astype("<i2").tobytes()

@@ -303,6 +303,12 @@ class Dialog:
                 continue
             if isinstance(node, AskNode):
                 self.llm_turns = 0
+                if node.reask and name in self.path[:-1]:  # back at a question: ask it again
+                    for slot in node.slots:
+                        self.variables.pop(slot, None)
+                elif node.slots and not node.intents and not self._missing_slots(node):
+                    name = node.next  # every value is known already: nothing to ask
+                    continue
                 actions += [self._say(self._ask_prompt(node), node), self._listen(node)]
                 self.waiting = Waiting.CALLER
             elif isinstance(node, LlmNode):
@@ -486,6 +492,10 @@ class Dialog:
     def on_dtmf(self, digit: str) -> list[Action]:
         node = self._listening()
         if (target := self._digit_target(node)) is not None:
+            if not self.keyed and getattr(node, "keypad_globals", False):
+                for name, intent in self.flow.globals.intents.items():
+                    if intent.keypad == digit:  # the operator's 0 works here too, as the first key
+                        return self._go_global(name, 1.0, "global_keypad")
             return self._keyed_digit(node, target, digit)
         for name, intent in getattr(node, "intents", {}).items():
             if intent.keypad == digit:
@@ -568,9 +578,19 @@ class Dialog:
         if error is not None:
             self.last_decision = Decision(self.node_name, None, 0.0, "webhook_failed", detail={"error": error})
             return self._enter(node.on_failure)
-        saved = {}
+        saved, missing = {}, []
         for var, path in node.save.items():
-            saved[var] = self.variables[var] = _dig(data, path)
+            value = _dig(data, path)
+            if value is None:
+                value = node.defaults.get(var)
+                if value is None:
+                    missing.append(path)
+            saved[var] = self.variables[var] = value
+        if missing:  # never spoken as blank text: the flow's own path for it
+            to = node.on_missing or node.on_failure
+            self.last_decision = Decision(self.node_name, None, 0.0, "webhook_missing",
+                                          detail={"missing": missing, "next": to})
+            return self._enter(to)
         self.last_decision = Decision(self.node_name, None, 1.0, "webhook", detail=saved)
         return self._enter(node.next)
 

@@ -65,6 +65,19 @@ class Expr:
             return False
 
 
+# what people write out of habit from other languages, and what this language spells instead
+_HABITS = ((re.compile(r"&&"), "`and` instead of `&&`"), (re.compile(r"\|\|"), "`or` instead of `||`"),
+           (re.compile(r"!(?!=)"), "`not` instead of `!`"), (re.compile(r"={3}"), "`==` instead of `===`"),
+           (re.compile(r"(?<![=!<>])=(?!=)"), "`==` to compare (`=` assigns, and expressions never assign)"))
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _usual_mistakes(text: str) -> str:
+    bare = _QUOTED.sub("''", text)  # never hint at what is inside a quoted string
+    hints = [hint for rx, hint in _HABITS if rx.search(bare)]
+    return "; write " + ", ".join(hints) if hints else ""
+
+
 def parse_expr(source: str) -> Expr:
     """Parse and check an expression; ExprError names what is not allowed."""
     text = str(source).strip()
@@ -75,7 +88,8 @@ def parse_expr(source: str) -> Expr:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
-        raise ExprError(f"cannot parse {text!r}: {exc.msg}") from None
+        at = f" at column {exc.offset} of the expression" if exc.offset else ""
+        raise ExprError(f"cannot parse {text!r}{at}: {exc.msg}{_usual_mistakes(text)}") from None
     except (RecursionError, MemoryError):
         raise ExprError(f"{text[:40]!r}...: too deeply nested") from None
     if _depth(tree) > MAX_DEPTH:

@@ -10,9 +10,11 @@ that into file:line:col).
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -145,6 +147,13 @@ class AskNode(_Asks):
     slots: dict[str, Slot] = Field(default_factory=dict, description="Typed values to collect; each is asked "
                                                                      "for until filled, several per utterance.")
     next: str | None = Field(None, description="With slots: the node after every slot is filled.")
+    keypad_globals: bool = Field(True, description="A global intent's keypad digit (the operator's 0) pressed "
+                                                   "as the first key of a digit string here goes to that "
+                                                   "intent. false: every key is part of the number.")
+    reask: bool = Field(True, description="Coming back to this node asks for its slots again (the values given "
+                                          "on an earlier visit are cleared). false: keep them, and ask only "
+                                          "for what is still missing. A value set before the first visit "
+                                          "(by a webhook, a set node or the call) is used either way.")
     expect: Literal["auto", "speech", "yes_no", "digits"] = Field(
         "auto", description="What the caller answers here; shapes turn-taking (yes/no ends quickly, digit "
                             "strings allow pauses between groups). auto: digits if an intent takes digits, "
@@ -217,8 +226,21 @@ class WebhookNode(_Speaks):
     say: str | None = Field(None, description="Said while waiting (\"One moment while I look that up.\").")
     save: dict[str, str] = Field(default_factory=dict, description="variable: dotted path into the JSON reply "
                                                                    "(customer.name, items.0.id).")
-    next: str
+    defaults: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="variable: the value to save when the reply lacks (or has null at) "
+                                          "that variable's path.")
+    next: str = Field(description="Node after a reply that has every saved field (or its default).")
     on_failure: str = Field(description="Node when the request fails, times out or returns no JSON.")
+    on_missing: str | None = Field(None, description="Node when the reply lacks a saved field that has no "
+                                                     "default; without it, on_failure. A missing value is never "
+                                                     "spoken as blank text.")
+
+    @model_validator(mode="after")
+    def _defaults_are_saved(self):
+        unknown = sorted(set(self.defaults) - set(self.save))
+        if unknown:
+            raise ValueError(f"defaults for variables the node does not save: {', '.join(unknown)}")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -363,6 +385,8 @@ class LlmProviderConfig(_Strict):
 
 
 class Flow(_Strict):
+    # what the checker warns about (file:line:col: warning: ...), filled by load_flow; not in the file
+    warnings: ClassVar[list[str]] = []
     name: str
     version: int = 1
     voice: VoiceSettings = Field(default_factory=VoiceSettings,
@@ -418,7 +442,7 @@ class Flow(_Strict):
 def targets(node) -> list[tuple[tuple, str]]:
     """(key path inside the node, target node name) for every reference a node makes."""
     refs: list[tuple[tuple, str]] = []
-    for key in ("next", "on_failure"):
+    for key in ("next", "on_failure", "on_missing"):
         target = getattr(node, key, None)
         if isinstance(target, str):
             refs.append(((key,), target))
@@ -596,7 +620,7 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
             problems.append((("nodes", name, "voice"), problem))
         for sub, target in targets(node):
             if target not in flow.nodes:
-                problems.append((("nodes", name) + sub, f"unknown node {target!r}"))
+                problems.append((("nodes", name) + sub, f"unknown node {target!r}{did_you_mean(target, flow.nodes)}"))
         for sub, text in _templates(node):
             try:
                 for ph in template_names(text):
@@ -646,7 +670,8 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
     g = flow.globals
     for gname, intent in g.intents.items():
         if intent.next not in flow.nodes:
-            problems.append((("globals", "intents", gname, "next"), f"unknown node {intent.next!r}"))
+            problems.append((("globals", "intents", gname, "next"),
+                             f"unknown node {intent.next!r}{did_you_mean(intent.next, flow.nodes)}"))
         if not intent.examples and not intent.keypad:
             problems.append((("globals", "intents", gname), "global intent has no examples or keypad"))
     for count, target in (("max_no_match", "on_no_match"), ("max_no_input", "on_no_input")):
@@ -654,25 +679,56 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
         if (getattr(g, count) is None) != (node_name is None):
             problems.append((("globals",), f"{count} and {target} go together"))
         if node_name is not None and node_name not in flow.nodes:
-            problems.append((("globals", target), f"unknown node {node_name!r}"))
+            problems.append((("globals", target), f"unknown node {node_name!r}{did_you_mean(node_name, flow.nodes)}"))
     problems += _reachability(flow) + _silent_cycles(flow)
     return problems
 
 
+def did_you_mean(name: str, known) -> str:
+    """" (did you mean 'confirm'?)" for a near miss, else ""."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _reachability(flow: Flow) -> list[tuple[tuple, str]]:
+    """Nodes no path from the start reaches. A misspelt target counts as the node it almost names
+    (its own error says so), and a node that only other unreachable nodes lead to is named in their
+    line, not on a line of its own: one mistake, one line."""
     if flow.start not in flow.nodes:
         return []
     g = flow.globals
-    seen: set[str] = set()
-    todo = [flow.start] + [i.next for i in g.intents.values()] + [n for n in (g.on_no_match, g.on_no_input) if n]
-    while todo:
-        n = todo.pop()
-        if n in seen or n not in flow.nodes:
-            continue
-        seen.add(n)
-        todo.extend(t for _, t in targets(flow.nodes[n]))
-    return [(("nodes", name), f"node {name!r} is unreachable from start {flow.start!r}")
-            for name in flow.nodes if name not in seen]
+
+    def resolve(target: str) -> str | None:
+        if target in flow.nodes:
+            return target
+        close = difflib.get_close_matches(target, list(flow.nodes), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def reach(roots: list[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = [r for r in (resolve(t) for t in roots) if r]
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            todo.extend(r for r in (resolve(t) for _, t in targets(flow.nodes[n])) if r)
+        return seen
+
+    seen = reach([flow.start] + [i.next for i in g.intents.values()] + [n for n in (g.on_no_match, g.on_no_input) if n])
+    lost = [name for name in flow.nodes if name not in seen]
+    led_to = {t for n in lost for _, t in targets(flow.nodes[n]) if t != n}
+    roots = [n for n in lost if n not in led_to] or lost[:1]  # a closed loop of lost nodes: name one
+    out, named = [], set()
+    for name in roots:
+        follow = sorted((reach([name]) & set(lost)) - {name} - named)
+        named.update(follow)
+        tail = f" (and so are {', '.join(repr(f) for f in follow)}, which only it leads to)" if follow else ""
+        out.append((("nodes", name), f"node {name!r} is unreachable from start {flow.start!r}{tail}"))
+    for name in lost:  # lost nodes in loops that no root leads to
+        if name not in named and name not in roots:
+            out.append((("nodes", name), f"node {name!r} is unreachable from start {flow.start!r}"))
+    return out
 
 
 def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
@@ -705,7 +761,71 @@ def load_flow(path: str | Path) -> Flow:
     problems = check_flow(flow)
     if problems:
         raise UserFileError([f"{doc.where(loc)}: {msg}" for loc, msg in problems])
+    object.__setattr__(flow, "warnings", [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)])
     return flow
+
+
+def flow_warnings(flow: Flow) -> list[tuple[tuple, str]]:
+    """What is allowed but probably not meant."""
+    out = []
+    globals_by_key = {g.keypad: name for name, g in flow.globals.intents.items() if g.keypad}
+    for name, node in flow.nodes.items():
+        if not isinstance(node, AskNode):
+            continue
+        digit_asks = [("slots", s) for s, slot in node.slots.items() if slot.type == "digits"] + \
+                     [("intents", i) for i, intent in node.intents.items() if intent.digits is not None]
+        for key, gname in sorted(globals_by_key.items()):
+            if not key.isdigit():
+                continue
+            for where in digit_asks:
+                if node.keypad_globals:
+                    out.append((("nodes", name) + where,
+                                f"keypad {key} is the global intent {gname!r}: pressed first here it goes there, "
+                                f"not into the number (keypad_globals: false to make it a digit)"))
+                else:
+                    out.append((("nodes", name) + where,
+                                f"keypad {key} (the global intent {gname!r}) is only a digit here "
+                                f"(keypad_globals: false): callers cannot reach {gname!r} by key"))
+    return out
+
+
+# the schema's descriptions of fields declared without one: "Class.field" first, then "field"
+FIELD_DOCS = {
+    "next": "The node to go to next (a key under nodes).",
+    "examples": "Phrases a caller might say for this; matched by meaning, not word for word.",
+    "keypad": "The keypad digit that chooses this (0-9, * or #).",
+    "intents": "What the caller may want here: name -> examples, keypad and next node.",
+    "options": "The menu's choices, read out in order: 'For {label}, press {key}.'",
+    "min_length": "Fewest digits accepted.",
+    "max_length": "Most digits accepted.",
+    "prompt": "What the agent says first (a template).",
+    "text": "What the agent says (a template).",
+    "Flow.name": "The flow's name: shown in the console, events and recordings.",
+    "Flow.version": "Your version label, kept in every call's events.",
+    "Flow.voice": "The agent's voice for this flow (a name like ssm:heart, or name, speed and pitch).",
+    "Flow.ambience": "The phone line's character: a preset (clean, office, callcenter, mobile) or settings.",
+    "Flow.globals": "Intents available at every question (operator, goodbye) and the call-wide retry limits.",
+    "Flow.trouble": "What the caller hears when a part of the agent fails, and where they are sent.",
+    "Flow.start": "The first node of every call.",
+    "Flow.nodes": "The flow's steps: name -> node (say, ask, menu, branch, set, webhook, llm, transfer, "
+                  "voicemail, hangup).",
+    "Globals.on_no_match": "Node after max_no_match answers in the call that matched nothing.",
+    "Globals.on_no_input": "Node after max_no_input silences in the call.",
+    "HangupNode.text": "Said before hanging up (a template).",
+    "Trouble.say": "Said at once when a part of the agent fails.",
+    "Trouble.call_back": "Said when nobody can take the call: ask the caller to call back.",
+    "Trouble.transferring": "Said before transferring to transfer_to.",
+    "VoicemailNode.beep": "Play a beep before recording.",
+    "WebhookNode.method": "GET, or POST with body as JSON.",
+    "WebhookNode.timeout_s": "Seconds to wait for the reply before taking on_failure.",
+    "LlmProviderConfig.model": "The provider's model name.",
+    "LlmProviderConfig.max_tokens": "Most tokens of one reply.",
+    "LlmTool.description": "What the tool does, for the model.",
+    "AmbienceSettings.preset": "Starting point: clean, office, callcenter or mobile; the fields below override it.",
+    "AmbienceSettings.enabled": "false: no ambience at all.",
+    "AmbienceSettings.hum_hz": "Mains frequency of the hum: 50 or 60.",
+    "AmbienceSettings.bed": "Background bed: none, office or callcenter.",
+}
 
 
 def flow_schema() -> dict:
@@ -728,6 +848,11 @@ def flow_schema() -> dict:
                 allow_names(item)
 
     allow_names(schema)
+    for name, definition in [("Flow", schema), *schema["$defs"].items()]:
+        for field, spec in definition.get("properties", {}).items():
+            text = FIELD_DOCS.get(f"{name}.{field}") or FIELD_DOCS.get(field)
+            if "description" not in spec and text:
+                spec["description"] = text
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "callcenter flow"
     return schema

@@ -30,6 +30,9 @@ WHISPER_RATE = 16000
 HOP_SAMPLES = 160                 # Whisper's mel hop at 16 kHz: 100 frames per second
 MAX_FRAMES = 3000                 # Whisper's 30 s window
 PAD_SECONDS = 5.0                 # silence after the turn that keeps Whisper from hallucinating
+LONG_WINDOW_S = 15.0              # a longer recording is decoded in pieces at most this long (the token
+                                  # budget, MAX_NEW_TOKENS, holds 15 s of fast speech)...
+CUT_SEARCH_S = 5.0                # ...each cut at the quietest 20 ms of its last seconds
 MAX_NEW_TOKENS = 120
 TOKENS_PER_SECOND = 7             # speech rarely runs faster: more tokens than this is Whisper looping
 NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is treated as no speech
@@ -168,8 +171,30 @@ class WhisperStt:
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
         return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
 
+    def transcribe_long(self, pcm: bytes, rate: int = SAMPLE_RATE) -> list[tuple[float, float, Transcript]]:
+        """A recording of any length, in pieces of at most LONG_WINDOW_S (Whisper hears 30 s at a
+        time): (start s, end s, transcript) per piece, cut where it is quietest."""
+        audio = pcm_to_float(pcm, np.float32)
+        return [(a / rate, b / rate, self.transcribe(audio[a:b], rate)) for a, b in long_windows(audio, rate)]
+
     def _prompt(self, hint: str | None) -> list[int]:
         prompt: list[int] = []
         if hint:
             prompt = [self.tokenizer.sot_prev] + self.tokenizer.encode(" " + hint.strip())[-100:]
         return prompt + list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
+
+
+def long_windows(audio: np.ndarray, rate: int, window_s: float = LONG_WINDOW_S,
+                 search_s: float = CUT_SEARCH_S) -> list[tuple[int, int]]:
+    """(start, end) sample ranges covering `audio`, each at most `window_s` long, each cut at the
+    quietest 20 ms within the last `search_s` seconds of its window (between words, mostly)."""
+    window, search, hop = int(window_s * rate), int(search_s * rate), rate // 50
+    out, start = [], 0
+    while len(audio) - start > window:
+        lo = start + window - search
+        frames = audio[lo:start + window][: (search // hop) * hop].reshape(-1, hop)
+        cut = lo + int(np.argmin((frames ** 2).mean(axis=1))) * hop + hop // 2
+        out.append((start, cut))
+        start = cut
+    out.append((start, len(audio)))
+    return out

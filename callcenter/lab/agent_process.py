@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from callcenter.errors import CallcenterError
+
+
+class AgentStartError(CallcenterError, RuntimeError):
+    pass
+
 
 class AgentProcess:
     """`callcenter serve` as a child process on its own SIP port and recordings folder (tests,
@@ -54,9 +60,9 @@ class AgentProcess:
                     and (self.webrtc_url is None or '"webrtc_listening"' in text):
                 return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+                raise AgentStartError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
             time.sleep(0.1)
-        raise RuntimeError(f"agent did not start listening within {timeout} s:\n{self.log()[-3000:]}")
+        raise AgentStartError(f"agent did not start listening within {timeout} s:\n{self.log()[-3000:]}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

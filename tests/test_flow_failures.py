@@ -1,0 +1,269 @@
+"""Failures a flow author used to meet in silence (issue 20): each is now a located error, a hint,
+or the flow's own path at run time."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from callcenter.dialog.engine import Dialog, Fetch, Say
+from callcenter.dialog.expr import ExprError, parse_expr
+from callcenter.dialog.flow import load_flow
+from callcenter.yamlfile import UserFileError
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "flow.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def problems(tmp_path, text: str) -> list[str]:
+    with pytest.raises(UserFileError) as exc:
+        load_flow(write(tmp_path, text))
+    return exc.value.problems
+
+
+def says(actions) -> str:
+    return " ".join(a.text for a in actions if isinstance(a, Say))
+
+
+REFILL = """\
+name: refill
+start: lookup
+nodes:
+  lookup:
+    type: webhook
+    url: https://pharmacy.example/rx/1234567
+    save: {drug: refill.drug, ready: refill.ready_on}
+    next: tell
+    on_failure: sorry
+  tell:
+    type: say
+    text: Your refill of {drug} will be ready on {ready}.
+    next: bye
+  sorry:
+    type: say
+    text: I could not find that prescription.
+    next: bye
+  bye:
+    type: hangup
+    text: Goodbye.
+"""
+
+
+def test_a_duplicate_node_is_an_error_at_its_line(tmp_path):
+    ps = problems(tmp_path, REFILL.replace("  bye:\n", "  sorry:\n    type: hangup\n  bye:\n", 1))
+    assert ps == [f"{tmp_path / 'flow.yaml'}:18:3: duplicate key 'sorry' (first at line 14); keys must be unique "
+                  "in a mapping"]
+
+
+def test_a_duplicate_field_is_an_error_too(tmp_path):
+    ps = problems(tmp_path, REFILL.replace("    text: Goodbye.\n", "    text: Goodbye.\n    text: Bye.\n"))
+    assert len(ps) == 1 and ":21:5: duplicate key 'text' (first at line 20)" in ps[0]
+
+
+def test_a_missing_webhook_field_is_never_spoken_blank(tmp_path):
+    d = Dialog(load_flow(write(tmp_path, REFILL)))
+    (fetch,) = [a for a in d.start() if isinstance(a, Fetch)]
+    spoken = says(d.on_fetched(200, {"refill": {"drug": "amoxicillin"}}))  # no ready_on
+    assert spoken == "I could not find that prescription. Goodbye."
+    assert d.last_decision.via == "webhook_missing" and d.last_decision.detail["missing"] == ["refill.ready_on"]
+
+
+def test_on_missing_and_defaults(tmp_path):
+    flow = REFILL.replace("    on_failure: sorry\n", "    on_failure: sorry\n    on_missing: partial\n"
+                          "    defaults: {drug: your medicine}\n") + """\
+  partial:
+    type: say
+    text: Your refill of {drug} is being prepared; we will text you when it is ready.
+    next: bye
+"""
+    d = Dialog(load_flow(write(tmp_path, flow)))
+    d.start()
+    assert says(d.on_fetched(200, {"refill": {"ready_on": None}})).startswith(
+        "Your refill of your medicine is being prepared")
+    d = Dialog(load_flow(write(tmp_path, flow)))
+    d.start()
+    assert says(d.on_fetched(200, {"refill": {"ready_on": "Friday"}})).startswith(
+        "Your refill of your medicine will be ready on Friday.")
+    ps = problems(tmp_path, flow.replace("defaults: {drug: your medicine}", "defaults: {drugs: x}"))
+    assert any("defaults for variables the node does not save: drugs" in p for p in ps)
+
+
+CONFIRM = """\
+name: confirm
+start: confirm
+nodes:
+  confirm:
+    type: ask
+    prompt: Shall I order the refill?
+    slots:
+      ok: {type: yes_no, prompt: "Shall I order the refill? Yes or no."}
+    next: decide
+    on_failure: done
+  decide:
+    type: branch
+    cases:
+      - {when: ok, next: done}
+    else: again
+  again:
+    type: say
+    text: Let me ask once more.
+    next: confirm
+  done:
+    type: hangup
+    text: Ordered.
+"""
+
+
+def test_coming_back_to_a_question_asks_it_again(tmp_path):
+    d = Dialog(load_flow(write(tmp_path, CONFIRM)))
+    d.start()
+    assert "Let me ask once more. Shall I order the refill?" in says(d.on_utterance("no"))
+    assert says(d.on_utterance("yes")) == "Ordered."
+    assert d.variables["ok"] is True
+
+
+KEEP = """\
+name: keep
+start: confirm
+nodes:
+  confirm:
+    type: ask
+    prompt: Shall I order the refill?
+    slots:
+      ok: {type: yes_no, prompt: "Shall I order the refill? Yes or no."}
+    next: decide
+    on_failure: done
+    reask: false
+  decide:
+    type: branch
+    cases:
+      - {when: ok, next: more}
+    else: done
+  more:
+    type: ask
+    prompt: Anything else?
+    intents:
+      review: {examples: [go over my order again], next: confirm}
+      finish: {examples: [no that is all], next: done}
+    on_failure: done
+  done:
+    type: hangup
+    text: Goodbye.
+"""
+
+
+def test_reask_false_keeps_what_was_given(tmp_path):
+    d = Dialog(load_flow(write(tmp_path, KEEP)))
+    d.start()
+    assert says(d.on_utterance("yes")) == "Anything else?"
+    # back at the question: the earlier yes stands, so the flow goes straight on
+    assert says(d.on_utterance("go over my order again")) == "Anything else?"
+    assert d.path[-3:] == ["confirm", "decide", "more"]
+    # the default (reask) asks again
+    d = Dialog(load_flow(write(tmp_path, KEEP.replace("    reask: false\n", ""))))
+    d.start()
+    d.on_utterance("yes")
+    assert says(d.on_utterance("go over my order again")) == "Shall I order the refill?"
+
+
+def test_one_typo_is_one_line_with_a_suggestion(tmp_path):
+    ps = problems(tmp_path, REFILL.replace("    next: tell\n", "    next: tel\n"))
+    assert ps == [f"{tmp_path / 'flow.yaml'}:8:5: unknown node 'tel' (did you mean 'tell'?)"]
+
+
+def test_nodes_cut_off_by_one_mistake_are_named_on_one_line(tmp_path):
+    flow = REFILL + """\
+  island:
+    type: say
+    text: Nobody comes here.
+    next: island_end
+  island_end:
+    type: hangup
+    text: Really nobody.
+"""
+    ps = problems(tmp_path, flow)
+    assert ps == [f"{tmp_path / 'flow.yaml'}:21:3: node 'island' is unreachable from start 'lookup' "
+                  "(and so are 'island_end', which only it leads to)"]
+
+
+@pytest.mark.parametrize("source,hint", [
+    ("hour >= 9 && hour < 17", "write `and` instead of `&&`"),
+    ("closed || holiday", "write `or` instead of `||`"),
+    ("!open", "write `not` instead of `!`"),
+    ("plan = 'gold'", "write `==` to compare"),
+    ("plan === 'gold'", "write `==` instead of `===`"),
+])
+def test_expression_errors_name_the_usual_mistake_and_column(source, hint):
+    with pytest.raises(ExprError) as exc:
+        parse_expr(source)
+    assert hint in str(exc.value) and "at column" in str(exc.value)
+
+
+def test_operators_inside_quotes_are_not_mistakes():
+    assert parse_expr("name == 'a && b'").truth({"name": "a && b"})
+
+
+def test_the_shipped_schema_is_current_and_every_flow_points_at_it():
+    import json
+
+    from callcenter.dialog.flow import flow_schema
+
+    flows = Path(__file__).resolve().parent.parent / "flows"
+    assert json.loads((flows / "flow.schema.json").read_text()) == flow_schema(), \
+        "run: callcenter flows schema > flows/flow.schema.json"
+    for path in sorted(flows.glob("*.yaml")):
+        first = path.read_text().splitlines()[0]
+        assert first == "# yaml-language-server: $schema=flow.schema.json", path
+    described = [(name, f) for name, d in [("Flow", flow_schema()), *flow_schema()["$defs"].items()]
+                 for f, spec in d.get("properties", {}).items() if "description" not in spec and f != "type"]
+    assert described == []
+
+
+OPERATOR = """\
+name: rx
+start: number
+globals:
+  intents:
+    operator: {examples: [a pharmacist please], keypad: "0", next: pharmacist}
+nodes:
+  number:
+    type: ask
+    prompt: Please key in your 7-digit prescription number.
+    slots:
+      rx: {type: digits, min_length: 7, max_length: 7, prompt: "Your 7-digit prescription number, please."}
+    next: thanks
+    on_failure: pharmacist
+  thanks:
+    type: hangup
+    text: Thank you.
+  pharmacist:
+    type: transfer
+    to: sip:pharmacist@127.0.0.1
+"""
+
+
+def test_the_operator_key_works_inside_a_digit_string(tmp_path):
+    flow = load_flow(write(tmp_path, OPERATOR))
+    assert flow.warnings == [f"{tmp_path / 'flow.yaml'}:11:7: warning: keypad 0 is the global intent 'operator': "
+                             "pressed first here it goes there, not into the number (keypad_globals: false to "
+                             "make it a digit)"]
+    d = Dialog(flow)
+    d.start()
+    assert d.on_dtmf("0")[-1].to == "sip:pharmacist@127.0.0.1"
+    # once keying has begun, 0 is a digit
+    d = Dialog(flow)
+    d.start()
+    for key in "1203456":
+        actions = d.on_dtmf(key)
+    assert d.variables["rx"] == "1203456" and says(actions) == "Thank you."
+    # keypad_globals: false makes the first 0 a digit too
+    strict = load_flow(write(tmp_path, OPERATOR.replace("    next: thanks\n", "    next: thanks\n    keypad_globals: false\n")))
+    assert "callers cannot reach 'operator' by key" in strict.warnings[0]
+    d = Dialog(strict)
+    d.start()
+    for key in "0123456":
+        actions = d.on_dtmf(key)
+    assert d.variables["rx"] == "0123456"
