@@ -231,10 +231,11 @@ def cmd_flows_schema(args) -> int:
 
 
 def cmd_test(args) -> int:
-    from callcenter.flowtest import run_scenarios
+    from callcenter.flowtest import parse_at, run_scenarios
 
     passed, failed, _ = run_scenarios(args.files, only=args.only, json_out=Path(args.json) if args.json else None,
-                                      out_root=Path(args.out) if args.out else None)
+                                      out_root=Path(args.out) if args.out else None,
+                                      at=parse_at(args.at) if args.at else None)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
@@ -406,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", "--only", default=None, help="only scenarios whose name contains this")
     s.add_argument("--json", default=None, help="write a report here")
     s.add_argument("--out", default=None, help="folder for audio scenarios' recordings and events")
+    s.add_argument("--at", default=None, metavar="TIME", help="the calls' clock for every scenario, e.g. "
+                                                              "'2026-12-24T18:30 Europe/London'")
     s.set_defaults(fn=cmd_test)
 
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)

@@ -31,7 +31,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
-from callcenter.dialog.flow import DTMF_DIGITS, Flow, load_flow
+from callcenter.dialog.flow import DTMF_DIGITS, Flow, defined_variables, did_you_mean, load_flow
 from callcenter.dialog.services import FlowServices
 from callcenter.yamlfile import UserFileError, load_model
 
@@ -373,13 +373,39 @@ def check(out: Outcome, expect: Expect) -> None:
 
 
 def load_scenarios(path: str | Path) -> tuple[ScenarioFile, Flow]:
-    spec, _ = load_model(path, ScenarioFile)
+    spec, doc = load_model(path, ScenarioFile)
     flow_path = Path(path).parent / spec.flow
-    return spec, load_flow(flow_path)
+    flow = load_flow(flow_path)
+    known = defined_variables(flow) | ({spec.http.variable} if spec.http else set())
+    problems = []
+    for i, scenario in enumerate(spec.scenarios):  # a typo here would set a variable nobody reads
+        for where, names in (("variables", scenario.variables), ("expect", scenario.expect.variables)):
+            loc = ("scenarios", i, "variables") if where == "variables" else ("scenarios", i, "expect", "variables")
+            for name in names:
+                if name not in known:
+                    problems.append(f"{doc.where(loc + (name,))}: {name!r} is not a variable of {flow_path.name}"
+                                    f"{did_you_mean(name, known)}")
+    if problems:
+        raise UserFileError(problems)
+    return spec, flow
+
+
+def parse_at(text: str) -> dt.datetime:
+    """`--at "2026-12-24T18:30 Europe/London"`: a time, in a zone if one is named."""
+    import zoneinfo
+
+    when, _, zone = text.strip().partition(" ")
+    try:
+        at = dt.datetime.fromisoformat(when)
+        if zone:
+            at = at.replace(tzinfo=zoneinfo.ZoneInfo(zone.strip()))
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError) as exc:
+        raise UserFileError([f"--at {text!r}: expected like 2026-12-24T18:30 Europe/London ({exc})"]) from None
+    return at
 
 
 async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None,
-                   out_root: Path | None = None) -> list[Outcome]:
+                   out_root: Path | None = None, at: dt.datetime | None = None) -> list[Outcome]:
     path = Path(path)
     spec, flow = load_scenarios(path)
     outcomes = []
@@ -391,6 +417,8 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
         for scenario in spec.scenarios:
             if only and only.lower() not in scenario.name.lower():
                 continue
+            if at is not None:  # the clock from the command line, for every scenario
+                scenario = scenario.model_copy(update={"at": at})
             variables = dict(scenario.variables)
             if stub:
                 variables.setdefault(spec.http.variable, stub.base_url)
@@ -425,7 +453,7 @@ def _slug(text: str) -> str:
 
 
 def run_scenarios(paths: list[str], only: str | None = None, json_out: Path | None = None,
-                  out_root: Path | None = None) -> tuple[int, int, list[dict]]:
+                  out_root: Path | None = None, at: dt.datetime | None = None) -> tuple[int, int, list[dict]]:
     """Run scenario files; print one line per scenario. Returns (passed, failed, reports)."""
     reports, passed, failed = [], 0, 0
 
@@ -434,7 +462,7 @@ def run_scenarios(paths: list[str], only: str | None = None, json_out: Path | No
         stt = tts = None
         for p in paths:
             try:
-                outcomes = await run_file(p, only, stt, tts, out_root)
+                outcomes = await run_file(p, only, stt, tts, out_root, at)
             except UserFileError as exc:
                 failed += 1
                 print(str(exc))

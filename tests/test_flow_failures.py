@@ -267,3 +267,79 @@ def test_the_operator_key_works_inside_a_digit_string(tmp_path):
     for key in "0123456":
         actions = d.on_dtmf(key)
     assert d.variables["rx"] == "0123456"
+
+
+HOURS = """\
+name: pharmacy
+start: gate
+hours:
+  timezone: Europe/London
+  open:
+    mon-fri: "09:00-17:30"
+    sat: ["10:00-12:00", "13:00-16:00"]
+  holidays: [2026-12-25]
+nodes:
+  gate:
+    type: branch
+    cases:
+      - {if: open, next: welcome}
+    else: closed_msg
+  welcome:
+    type: hangup
+    text: We are open.
+  closed_msg:
+    type: hangup
+    text: "We are closed{' for the holiday' if holiday else ''}."
+"""
+
+
+@pytest.mark.parametrize("when,is_open", [
+    ("2026-12-02T10:00", True),              # Wednesday morning, London time
+    ("2026-12-02T17:30", False),             # closing time is closed
+    ("2026-12-05T12:30", False),             # Saturday lunch break
+    ("2026-12-05T13:00", True),
+    ("2026-12-06T11:00", False),             # Sunday: not named, closed
+    ("2026-12-25T10:00", False),             # a Friday, but a holiday
+    ("2026-12-02T09:30-05:00", True),        # 09:30 in New York is 14:30 in London: open
+    ("2026-12-02T10:00+09:00", False),       # 10:00 in Tokyo is 01:00 in London: closed
+])
+def test_opening_hours_are_read_in_the_flows_time_zone(tmp_path, when, is_open):
+    import datetime as dt
+
+    flow = load_flow(write(tmp_path, HOURS.replace("{' for the holiday' if holiday else ''}", "")))
+    d = Dialog(flow, now=dt.datetime.fromisoformat(when))
+    assert d.variables["open"] is is_open and d.variables["closed"] is (not is_open)
+    assert d.variables["holiday"] is when.startswith("2026-12-25")
+
+
+def test_hours_mistakes_are_located(tmp_path):
+    ps = problems(tmp_path, HOURS.replace("Europe/London", "Europe/Londn").replace('"09:00-17:30"', '"9-17"'))
+    assert any(":4:3: hours.timezone: Value error, unknown time zone 'Europe/Londn'" in p for p in ps), ps
+    assert any("hours.open" in p and "opening times are written 09:00-17:30" in p for p in ps), ps
+
+
+def test_scenario_variables_must_exist_and_the_clock_comes_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "flow.yaml").write_text(HOURS.replace("{' for the holiday' if holiday else ''}", ""))
+    (tmp_path / "test.yaml").write_text(textwrap.dedent("""\
+        flow: flow.yaml
+        scenarios:
+          - name: a weekday morning
+            at: 2026-12-02 10:00
+            variables: {calller: "+441234"}
+            steps: []
+            expect: {said: [We are open]}
+        """))
+    r = subprocess.run([sys.executable, "-m", "callcenter.cli", "test", str(tmp_path / "test.yaml")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "'calller' is not a variable of flow.yaml (did you mean 'caller'?)" in r.stdout
+    text = (tmp_path / "test.yaml").read_text().replace("calller", "caller")
+    (tmp_path / "test.yaml").write_text(text)
+    r = subprocess.run([sys.executable, "-m", "callcenter.cli", "test", str(tmp_path / "test.yaml")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    r = subprocess.run([sys.executable, "-m", "callcenter.cli", "test", str(tmp_path / "test.yaml"),
+                        "--at", "2026-12-24T18:30 Europe/London"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "FAIL" in r.stdout  # closed on Christmas Eve evening

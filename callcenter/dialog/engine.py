@@ -191,6 +191,17 @@ def url_part(value: str) -> str:
     return quote(value, safe="").replace(".", "%2E")
 
 
+def call_clock(flow: Flow, now: dt.datetime | None = None) -> dt.datetime:
+    """The call's wall clock: in the flow's `hours.timezone` when it has one (an aware `now` is
+    converted, a naive one is taken as already in that zone), else the server's local time."""
+    if flow.hours is None:
+        return now or dt.datetime.now()
+    zone = flow.hours.zone()
+    if now is None:
+        return dt.datetime.now(zone)
+    return now.astimezone(zone) if now.tzinfo is not None else now.replace(tzinfo=zone)
+
+
 class Dialog:
     def __init__(self, flow: Flow, variables: dict[str, Any] | None = None, now: dt.datetime | None = None,
                  encoder="shared"):
@@ -213,11 +224,14 @@ class Dialog:
         self.no_input_total = 0
         self.llm_turns = 0
         self.llm_history: list[tuple[str, str]] = []
-        self.now = now or dt.datetime.now()
+        self.now = call_clock(flow, now)
+        is_open = flow.hours.is_open(self.now) if flow.hours else True
         self.variables: dict[str, Any] = {
             "caller": "", "caller_number": "", "call_id": "", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
             "weekday": WEEKDAY_KEYS[self.now.weekday()], "date": self.now.date().isoformat(),
-            "time": self.now.strftime("%H:%M"), "last_utterance": "", "last_intent": None, "attempts": 0,
+            "time": self.now.strftime("%H:%M"), "open": is_open, "closed": not is_open,
+            "holiday": bool(flow.hours and self.now.date() in flow.hours.holidays),
+            "last_utterance": "", "last_intent": None, "attempts": 0,
             "webhook_status": None, "llm_answer": "", "voicemail_path": None, "voicemail_s": 0,
         }
         self.variables.update(flow.variables)
@@ -303,8 +317,8 @@ class Dialog:
                 continue
             if isinstance(node, AskNode):
                 self.llm_turns = 0
-                if node.reask and name in self.path[:-1]:  # back at a question: ask it again
-                    for slot in node.slots:
+                if node.reask and name in self.path[:-1] and not self._missing_slots(node):
+                    for slot in node.slots:  # back at a question already answered: ask it again
                         self.variables.pop(slot, None)
                 elif node.slots and not node.intents and not self._missing_slots(node):
                     name = node.next  # every value is known already: nothing to ask

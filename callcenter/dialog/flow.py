@@ -10,6 +10,7 @@ that into file:line:col).
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 
 import re
@@ -29,6 +30,7 @@ VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SIP_URI = re.compile(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$")
 # Variables every call has. `hour`, `minute`, `weekday` (mon..sun) and `date` are the call's start time.
 BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
+                     "open", "closed", "holiday",
                      "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
                      "voicemail_path", "voicemail_s")
 SlotType = Literal["digits", "number", "yes_no", "date", "time", "currency", "text"]
@@ -150,10 +152,11 @@ class AskNode(_Asks):
     keypad_globals: bool = Field(True, description="A global intent's keypad digit (the operator's 0) pressed "
                                                    "as the first key of a digit string here goes to that "
                                                    "intent. false: every key is part of the number.")
-    reask: bool = Field(True, description="Coming back to this node asks for its slots again (the values given "
-                                          "on an earlier visit are cleared). false: keep them, and ask only "
-                                          "for what is still missing. A value set before the first visit "
-                                          "(by a webhook, a set node or the call) is used either way.")
+    reask: bool = Field(True, description="Coming back to this node after it was answered asks all its slots "
+                                          "again (their values are cleared); if the flow cleared some of them "
+                                          "on the way back (set to ''), only those are asked. false: keep "
+                                          "every value and ask only for what is missing. A value set before "
+                                          "the first visit (by a webhook, a set node or the call) is used.")
     expect: Literal["auto", "speech", "yes_no", "digits"] = Field(
         "auto", description="What the caller answers here; shapes turn-taking (yes/no ends quickly, digit "
                             "strings allow pauses between groups). auto: digits if an intent takes digits, "
@@ -357,6 +360,82 @@ class Globals(_Strict):
     on_no_input: str | None = None
 
 
+DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_SPAN = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def _days(spec: str) -> list[int]:
+    """"mon-fri", "sat,sun", "wed" → weekday numbers (Monday 0)."""
+    out: list[int] = []
+    for part in spec.lower().replace(" ", "").split(","):
+        first, _, last = part.partition("-")
+        if first not in DAY_NAMES or (last and last not in DAY_NAMES):
+            raise ValueError(f"{spec!r}: days are mon, tue, wed, thu, fri, sat, sun, as 'mon-fri' or 'sat,sun'")
+        a, b = DAY_NAMES.index(first), DAY_NAMES.index(last or first)
+        out += [d % 7 for d in range(a, b + 1 if b >= a else b + 8)]
+    return out
+
+
+def _minutes(span: str) -> tuple[int, int]:
+    m = _SPAN.match(span)
+    if not m:
+        raise ValueError(f"{span!r}: opening times are written 09:00-17:30")
+    h1, m1, h2, m2 = map(int, m.groups())
+    start, end = h1 * 60 + m1, h2 * 60 + m2
+    if not (0 <= start < end <= 24 * 60 and m1 < 60 and m2 < 60):
+        raise ValueError(f"{span!r}: the opening must be before the closing, within one day (00:00-24:00)")
+    return start, end
+
+
+class Hours(_Strict):
+    """When the contact center is open, in its own time zone (not the server's)."""
+
+    timezone: str = Field(description="IANA time zone, e.g. Europe/London or America/New_York; hour, "
+                                      "minute, weekday, date and time are read in it.")
+    open: dict[str, str | list[str]] = Field(default_factory=dict, description=(
+        "Days -> opening times: {mon-fri: '09:00-17:30', sat: ['10:00-12:00', '13:00-16:00']}. Days not "
+        "named are closed."))
+    holidays: list[dt.date] = Field(default_factory=list, description="Dates closed all day (YYYY-MM-DD).")
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(v)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {v!r} (IANA names, e.g. Europe/London)") from None
+        return v
+
+    @field_validator("open")
+    @classmethod
+    def _spans(cls, v: dict) -> dict:
+        for days, spans in v.items():
+            _days(days)
+            for span in [spans] if isinstance(spans, str) else spans:
+                _minutes(span)
+        return v
+
+    def zone(self):
+        import zoneinfo
+
+        return zoneinfo.ZoneInfo(self.timezone)
+
+    def is_open(self, when: dt.datetime) -> bool:
+        """`when` in this time zone: inside an opening time, and not a holiday."""
+        if when.date() in self.holidays:
+            return False
+        minute = when.hour * 60 + when.minute
+        for days, spans in self.open.items():
+            if when.weekday() in _days(days):
+                for span in [spans] if isinstance(spans, str) else spans:
+                    start, end = _minutes(span)
+                    if start <= minute < end:
+                        return True
+        return False
+
+
 class Trouble(_Strict):
     """What the caller hears when a part of the agent fails (the recognizer raises or stalls, the voice
     and its backup cannot speak, a stage crashes): a sentence within a second, then a transfer to a
@@ -402,6 +481,8 @@ class Flow(_Strict):
     queues: dict[str, str] = Field(default_factory=dict, description="Named transfer destinations: SIP URIs.")
     llm: dict[str, LlmProviderConfig] = Field(default_factory=lambda: {"default": LlmProviderConfig()},
                                               description="LLM providers by name; llm nodes pick one.")
+    hours: Hours | None = Field(None, description="Opening hours and holidays in a time zone; conditions read "
+                                                  "open, closed and holiday.")
     globals: Globals = Field(default_factory=Globals)
     trouble: Trouble = Field(default_factory=Trouble)
     start: str
