@@ -74,6 +74,23 @@ class Expect(_Strict):
     transfer: str | None = Field(None, description="The SIP URI the caller was transferred to.")
     ended_by: Literal["caller", "agent", "transfer"] | None = None
     max_turn_ms: float | None = Field(None, gt=0, description="Latency budget for every turn.")
+    requests: list["ExpectedRequest"] = Field(default_factory=list, description=(
+        "Requests the flow's webhooks sent to the scenario's web server, in this order (others may come "
+        "between)."))
+
+
+class ExpectedRequest(_Strict):
+    method: Literal["GET", "POST"] | None = None
+    path: str = Field(description="The request's path, without the query.")
+    query: dict[str, str] = Field(default_factory=dict, description="Query parameters it must carry.")
+    body: dict[str, Any] = Field(default_factory=dict, description="Fields its JSON body must carry (compared as "
+                                                                   "text); other fields may be there too.")
+
+    def matches(self, got: dict) -> bool:
+        return (self.method is None or got["method"] == self.method) and got["path"] == self.path and \
+            all(got["query"].get(k) == v for k, v in self.query.items()) and \
+            all(isinstance(got["body"], dict) and k in got["body"] and str(got["body"][k]) == str(v)
+                for k, v in self.body.items())
 
 
 class Scenario(_Strict):
@@ -82,6 +99,9 @@ class Scenario(_Strict):
     at: dt.datetime | None = Field(None, description="The call's clock (hour, weekday), e.g. 2026-12-05 21:30.")
     variables: dict[str, Any] = Field(default_factory=dict, description="Variables set before the call starts.")
     transfer_fails: bool = Field(False, description="The SIP side refuses the transfer.")
+    http: dict[str, "Route"] = Field(default_factory=dict, description=(
+        "Routes for this scenario only: they replace the file's routes of the same path (a 404 here, a "
+        "200 in the next scenario)."))
     steps: list[Step] = Field(default_factory=list)
     expect: Expect = Field(default_factory=Expect)
 
@@ -97,6 +117,10 @@ class Route(_Strict):
 class HttpStub(_Strict):
     variable: str = Field(description="The flow variable that receives this server's base URL.")
     routes: dict[str, Route] = Field(description="Path (no query) → the reply.")
+
+
+Expect.model_rebuild()
+Scenario.model_rebuild()
 
 
 class ScenarioFile(_Strict):
@@ -149,14 +173,26 @@ class StubServer:
         self.stub = stub
         self.base_url = ""
         self._serving = None
-        self.requests: list[tuple[str, str]] = []
+        self.routes: dict[str, Route] = dict(stub.routes)
+        self.requests: list[dict] = []  # method, path, query, body of each request, in order
+
+    def scenario(self, routes: dict[str, "Route"]) -> None:
+        """The file's routes with this scenario's own on top; the request log starts empty."""
+        self.routes = {**self.stub.routes, **routes}
+        self.requests = []
 
     async def __aenter__(self) -> "StubServer":
         from aiohttp import web
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            self.requests.append((request.method, request.path))
-            route = self.stub.routes.get(request.path)
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+            self.requests.append({"method": request.method, "path": request.path, "query": dict(request.query),
+                                  "body": body})
+            route = self.routes.get(request.path)
             if route is None:
                 return web.json_response({"error": "not found"}, status=404)
             if route.delay_s:
@@ -372,6 +408,20 @@ def check(out: Outcome, expect: Expect) -> None:
             out.fail(f"turns over the {expect.max_turn_ms:.0f} ms budget: {slow} ms")
 
 
+def _check_requests(out: Outcome, expected: list[ExpectedRequest], got: list[dict]) -> None:
+    i = 0
+    for want in expected:
+        while i < len(got) and not want.matches(got[i]):
+            i += 1
+        if i == len(got):
+            seen = "; ".join(f"{g['method']} {g['path']} {json.dumps(g['body']) if g['body'] else ''}".strip()
+                             for g in got) or "none"
+            out.fail(f"expected a request {want.method or ''} {want.path} with {want.body or want.query or 'anything'}"
+                     f" (in order); the web server got: {seen}")
+            return
+        i += 1
+
+
 def load_scenarios(path: str | Path) -> tuple[ScenarioFile, Flow]:
     spec, doc = load_model(path, ScenarioFile)
     flow_path = Path(path).parent / spec.flow
@@ -385,6 +435,10 @@ def load_scenarios(path: str | Path) -> tuple[ScenarioFile, Flow]:
                 if name not in known:
                     problems.append(f"{doc.where(loc + (name,))}: {name!r} is not a variable of {flow_path.name}"
                                     f"{did_you_mean(name, known)}")
+    for i, scenario in enumerate(spec.scenarios):
+        if (scenario.http or scenario.expect.requests) and spec.http is None:
+            problems.append(f"{doc.where(('scenarios', i))}: this scenario's http routes or expected requests need "
+                            "the file's http: (variable and routes)")
     if problems:
         raise UserFileError(problems)
     return spec, flow
@@ -422,6 +476,7 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
             variables = dict(scenario.variables)
             if stub:
                 variables.setdefault(spec.http.variable, stub.base_url)
+                stub.scenario(scenario.http)
             try:
                 if scenario.audio:
                     if stt is None or tts is None:
@@ -441,6 +496,7 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
                 out.fail(f"{type(exc).__name__}: {exc}")
             else:
                 check(out, scenario.expect)
+                _check_requests(out, scenario.expect.requests, stub.requests if stub else [])
             outcomes.append(out)
     finally:
         if stub:

@@ -343,3 +343,41 @@ def test_scenario_variables_must_exist_and_the_clock_comes_from_the_command_line
     r = subprocess.run([sys.executable, "-m", "callcenter.cli", "test", str(tmp_path / "test.yaml"),
                         "--at", "2026-12-24T18:30 Europe/London"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "FAIL" in r.stdout  # closed on Christmas Eve evening
+
+
+def test_scenarios_have_their_own_routes_and_check_what_the_webhook_sent(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "flow.yaml").write_text(REFILL.replace(
+        "    url: https://pharmacy.example/rx/1234567\n",
+        "    url: \"{rx_api}/rx/{caller_number}\"\n    method: POST\n    body: {store: leeds, who: \"{caller_number}\"}\n")
+        .replace("name: refill\n", "name: refill\nvariables: {rx_api: 'http://127.0.0.1:9'}\n"))
+    (tmp_path / "test.yaml").write_text(textwrap.dedent("""\
+        flow: flow.yaml
+        http:
+          variable: rx_api
+          routes:
+            /rx/4471: {json: {refill: {drug: amoxicillin, ready_on: Friday}}}
+        scenarios:
+          - name: found
+            variables: {caller_number: "4471"}
+            expect:
+              said: [amoxicillin will be ready on Friday]
+              requests: [{method: POST, path: /rx/4471, body: {store: leeds, who: "4471"}}]
+          - name: not found here
+            variables: {caller_number: "4471"}
+            http: {/rx/4471: {status: 404, json: {error: no such prescription}}}
+            expect:
+              said: [could not find that prescription]
+          - name: the body is checked
+            variables: {caller_number: "4471"}
+            expect:
+              requests: [{path: /rx/4471, body: {store: york}}]
+        """))
+    r = subprocess.run([sys.executable, "-m", "callcenter.cli", "test", str(tmp_path / "test.yaml")],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("ok ") and lines[1].startswith("ok "), r.stdout
+    assert lines[2].startswith("FAIL") and "expected a request  /rx/4471 with {'store': 'york'}" in lines[3]
+    assert '"store": "leeds"' in lines[3] and r.stdout.strip().endswith("2 passed, 1 failed")
