@@ -159,6 +159,74 @@ def parse_currency(text: str) -> str | None:
 
 
 # ------------------------------------------------------------------ dates and times
+# days callers name instead of dates: (words in order, month, day)
+NAMED_DAYS = [(("christmas", "eve"), 12, 24), (("christmas",), 12, 25), (("xmas",), 12, 25), (("boxing", "day"), 12, 26),
+              (("new", "year's", "eve"), 12, 31), (("new", "years", "eve"), 12, 31), (("new", "year's", "day"), 1, 1),
+              (("new", "years", "day"), 1, 1), (("new", "year"), 1, 1), (("halloween",), 10, 31),
+              (("valentine's",), 2, 14), (("valentines",), 2, 14), (("fourth", "of", "july"), 7, 4),
+              (("independence", "day"), 7, 4)]
+_COUNT = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "couple": 2, "few": 3}
+_SPAN_DAYS = {"day": 1, "days": 1, "week": 7, "weeks": 7, "fortnight": 14, "fortnights": 14}
+
+
+def _count_at(toks: list[str], i: int) -> int | None:
+    tok = toks[i] if 0 <= i < len(toks) else ""
+    return int(tok) if tok.isdigit() and int(tok) < 400 else _COUNT.get(tok)
+
+
+def _next_on_or_after(today: dt.date, month: int, day: int) -> dt.date:
+    for year in (today.year, today.year + 1):
+        date = dt.date(year, month, day)
+        if date >= today:
+            return date
+    return date
+
+
+def _relative(toks: list[str], today: dt.date) -> dt.date | None:
+    """"in two weeks", "in 3 days", "a week from tuesday", "two weeks from today", "a fortnight
+    tomorrow", "the weekend", "christmas eve", "end of the month"."""
+    for i, tok in enumerate(toks):
+        if tok in _SPAN_DAYS:
+            counted = _count_at(toks, i - 1) or (_count_at(toks, i - 2) if i >= 2 and toks[i - 1] == "of" else None)
+            n = counted if counted is not None else (1 if tok in ("week", "fortnight", "day") else None)
+            if n is None:
+                continue
+            span = dt.timedelta(days=n * _SPAN_DAYS[tok])
+            rest = toks[i + 1:]
+            joins = ("from", "after", "on") if counted is not None else ("from", "after")  # "next week on wed"
+            if rest[:1] and rest[0] in joins and len(rest) > 1:  # "a week from tuesday", "two weeks on monday"
+                base = _base_day(rest[1:], today)
+                if base is not None:
+                    return base + span
+            if "in" in toks[max(0, i - 4):i] or rest[:1] == ["time"] or rest[:1] == ["today"]:
+                return today + span  # "in two weeks", "two weeks' time"
+            if rest[:1] == ["tomorrow"]:
+                return today + dt.timedelta(days=1) + span
+    for words_, month, day in NAMED_DAYS:
+        n = len(words_)
+        if any(tuple(toks[i:i + n]) == words_ for i in range(len(toks) - n + 1)):
+            return _next_on_or_after(today, month, day)
+    if "weekend" in toks:
+        return today + dt.timedelta(days=(5 - today.weekday()) % 7 or (7 if today.weekday() == 5 else 0))
+    if "end" in toks and "month" in toks:
+        first_next = dt.date(today.year + today.month // 12, today.month % 12 + 1, 1)
+        return first_next - dt.timedelta(days=1)
+    return None
+
+
+def _base_day(toks: list[str], today: dt.date) -> dt.date | None:
+    if not toks:
+        return None
+    if toks[0] in ("today", "now"):
+        return today
+    if toks[0] == "tomorrow":
+        return today + dt.timedelta(days=1)
+    if toks[0] in WEEKDAYS:
+        return today + dt.timedelta(days=(WEEKDAYS.index(toks[0]) - today.weekday()) % 7 or 7)
+    return None
+
+
 def parse_date(text: str, today: dt.date) -> str | None:
     """A date as YYYY-MM-DD: "today", "tomorrow", "monday", "next friday", "december third", "the 5th",
     "3rd of january", "12/24", "2027-01-05". Dates without a year are the next such day from today."""
@@ -170,17 +238,22 @@ def parse_date(text: str, today: dt.date) -> str | None:
         except ValueError:
             return None
     toks = _tokens(t)
+    relative = _relative(toks, today)
+    if relative is not None:
+        return relative.isoformat()
     if "today" in toks:
         return today.isoformat()
     if "tomorrow" in toks:
         if "after" in toks and "day" in toks:
             return (today + dt.timedelta(days=2)).isoformat()
         return (today + dt.timedelta(days=1)).isoformat()
+    next_week = any(toks[i:i + 2] == ["next", "week"] for i in range(len(toks)))
     for i, tok in enumerate(toks):
         if tok in WEEKDAYS:
+            if next_week:  # "friday next week", "next week friday": that day of the coming Monday's week
+                monday = today + dt.timedelta(days=7 - today.weekday())
+                return (monday + dt.timedelta(days=WEEKDAYS.index(tok))).isoformat()
             ahead = (WEEKDAYS.index(tok) - today.weekday()) % 7 or 7
-            if i and toks[i - 1] == "next" and ahead < 7 and "week" in toks:
-                ahead += 7
             return (today + dt.timedelta(days=ahead)).isoformat()
     m = re.search(r"\b(\d{1,2})/(\d{1,2})\b", t)
     month = day = None

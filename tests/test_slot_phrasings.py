@@ -1,0 +1,50 @@
+"""How callers say dates, and what the date slot makes of them. Today is Wednesday 2 December 2026.
+Every phrasing here must parse to its date; the set grows with what callers are heard to say."""
+
+import datetime as dt
+
+import pytest
+
+from callcenter.dialog.slots import parse_date
+
+TODAY = dt.date(2026, 12, 2)  # a Wednesday
+
+PHRASINGS = [
+    ("today please", "2026-12-02"),
+    ("tomorrow", "2026-12-03"),
+    ("the day after tomorrow", "2026-12-04"),
+    ("friday", "2026-12-04"),
+    ("on monday", "2026-12-07"),
+    ("friday next week", "2026-12-11"),
+    ("next week on wednesday", "2026-12-09"),
+    ("in two weeks", "2026-12-16"),
+    ("in 3 days", "2026-12-05"),
+    ("in a week", "2026-12-09"),
+    ("in a couple of weeks", "2026-12-16"),
+    ("two weeks from today", "2026-12-16"),
+    ("a week from tuesday", "2026-12-15"),
+    ("two weeks on monday", "2026-12-21"),
+    ("a fortnight tomorrow", "2026-12-17"),
+    ("christmas eve", "2026-12-24"),
+    ("on Christmas Eve if you can", "2026-12-24"),
+    ("boxing day", "2026-12-26"),
+    ("new year's eve", "2026-12-31"),
+    ("new year's day", "2027-01-01"),
+    ("this weekend", "2026-12-05"),
+    ("by the end of the month", "2026-12-31"),
+    ("december third", "2026-12-03"),
+    ("the 5th", "2026-12-05"),
+    ("3rd of january", "2027-01-03"),
+    ("12/24", "2026-12-24"),
+    ("2027-01-05", "2027-01-05"),
+]
+
+
+@pytest.mark.parametrize("said,date", PHRASINGS)
+def test_caller_phrasings_of_dates(said, date):
+    assert parse_date(said, TODAY) == date
+
+
+def test_what_is_not_a_date_stays_empty():
+    for said in ("sometime", "whenever suits", "I don't know", "next week"):
+        assert parse_date(said, TODAY) is None, said
