@@ -180,3 +180,47 @@ def test_a_refused_supervisor_transfer_leaves_the_call_going(flow, stt, tts):
     assert not ended_early and transfer == [{"to": "sip:desk@127.0.0.1", "mode": "blind", "accepted": False}]
     assert any(e.kind == "agent_say" and e.data["text"] == "I'm still here with you." for e in history)
     assert result.ended_by == "caller"
+
+
+def test_a_recorded_prompt_is_played_instead_of_the_voice(stt, tts, caller_voice, tmp_path):
+    """A voice talent's greeting (here a flite recording at 16 kHz) is what the caller hears, sample
+    for sample after resampling once at load; the transcript still shows the node's text."""
+    import subprocess
+    import textwrap
+
+    import numpy as np
+
+    from callcenter.audio.wavfile import read_wav
+    from callcenter.dialog.flow import load_flow
+    from callcenter.yamlfile import UserFileError
+
+    (tmp_path / "prompts").mkdir()
+    talent = tmp_path / "prompts" / "greeting.wav"
+    subprocess.run(["flite", "-voice", "slt", "-t", "Welcome to the pharmacy.", "-o", str(talent)], check=True)
+    text = textwrap.dedent("""\
+        name: recorded
+        start: greet
+        nodes:
+          greet:
+            type: say
+            text: Welcome to the pharmacy.
+            audio: prompts/greeting.wav
+            next: bye
+          bye:
+            type: hangup
+            text: Goodbye.
+        """)
+    (tmp_path / "flow.yaml").write_text(text)
+    flow = load_flow(tmp_path / "flow.yaml")
+    result, _ = run(flow, [], tmp_path / "out", stt, tts)
+    assert [t for who, t in result.transcript if who == "agent"] == ["Welcome to the pharmacy.", "Goodbye."]
+    with wave.open(str(tmp_path / "out" / "sim.wav")) as w:
+        agent = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, 2)[:, 1]
+    played = np.frombuffer(read_wav(talent), "<i2")
+    start = int(np.flatnonzero(np.abs(agent) > 200)[0])
+    head = np.flatnonzero(np.abs(played) > 200)[0]
+    assert np.array_equal(agent[start:start + 4000], played[head:head + 4000])  # the recording, untouched
+
+    (tmp_path / "flow.yaml").write_text(text.replace("prompts/greeting.wav", "prompts/missing.wav"))
+    with pytest.raises(UserFileError, match=r"flow.yaml:7:5: recorded prompt: .*missing.wav: no such file"):
+        load_flow(tmp_path / "flow.yaml")

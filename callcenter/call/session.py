@@ -21,7 +21,7 @@ from typing import Protocol
 
 import structlog
 
-from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.audio.frames import SAMPLE_RATE, frames_from_pcm
 from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
@@ -30,7 +30,7 @@ from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_
 from callcenter.text.digits import digits_hint
 from callcenter.text.expecting import Expecting
 from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
-from callcenter.dialog.flow import DTMF_DIGITS, Flow, trouble_destination
+from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig
@@ -92,6 +92,14 @@ class SessionResult:
     path: list[str] = field(default_factory=list)  # the flow nodes the call passed, in order
     variables: dict = field(default_factory=dict)  # the flow's variables (slots, webhook results) at the end
     transferred_to: str | None = None
+
+
+async def recorded_frames(pcm: bytes, burst: int = 50):
+    """A recorded prompt's 20 ms frames, handed over in bursts as a cached sentence is."""
+    for i, frame in enumerate(frames_from_pcm(pcm)):
+        yield frame
+        if i % burst == burst - 1:
+            await asyncio.sleep(0)
 
 
 class CallSession:
@@ -511,7 +519,7 @@ class CallSession:
         while True:
             action = await self._speak_queue.get()
             if isinstance(action, Say):
-                await self._say(action.text, action.voice, action.private)
+                await self._say(action.text, action.voice, action.private, action.audio)
             elif isinstance(action, Silence):
                 await asyncio.sleep(action.ms / 1000)
             elif isinstance(action, Listen):
@@ -560,8 +568,9 @@ class CallSession:
         self._playing[speech.id] = speech
         return speech
 
-    async def _say(self, text: str, voice=None, private: bool = False) -> None:
+    async def _say(self, text: str, voice=None, private: bool = False, audio: str | None = None) -> None:
         speech = self.speech = self._new_speech(text, voice or self.flow.voice, private)
+        speech.audio = audio
         self.events.emit(ev.AGENT_SAY, text=text, utterance=speech.id, voice=speech.voice.name)
         self.listener.agent_saying(text)
         speech.synthesis = asyncio.create_task(self._synthesise(speech))
@@ -582,7 +591,12 @@ class CallSession:
         (never cached) and recorded as silence."""
         text, utt, voice, private = speech.text, speech.id, speech.voice, speech.private
         try:
-            frames = self.tts.stream(text, voice, cache=False) if private else self.tts.stream(text, voice)
+            if speech.audio is not None and speech.audio in RECORDED:  # a voice talent's recording
+                frames = recorded_frames(RECORDED[speech.audio])
+            elif private:
+                frames = self.tts.stream(text, voice, cache=False)
+            else:
+                frames = self.tts.stream(text, voice)
             await self._voice_into(frames, utt, private)
         except Exception as exc:  # the voice raised or stalled: the backup engine says the sentence
             error = str(exc) or f"no audio within {TTS_FIRST_AUDIO_S} s"

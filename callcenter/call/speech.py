@@ -13,6 +13,7 @@ class Speech:
         self.text = text
         self.voice = voice
         self.private = private  # says a sensitive value in full: never cached, recorded as silence
+        self.audio: str | None = None  # a recorded prompt played instead of the voice (dialog.flow.RECORDED)
         self.synthesis: asyncio.Task | None = None
         self.interrupted = False
         self.played: asyncio.Future = asyncio.get_running_loop().create_future()

@@ -39,6 +39,7 @@ class Say:
     text: str
     voice: VoiceSettings | None = None  # None: the flow's voice
     private: bool = False  # says a sensitive value in full (a read-back): kept out of the recording and cache
+    audio: str | None = None  # a recorded prompt to play instead of synthesising `text`
 
 
 @dataclass(frozen=True)
@@ -258,9 +259,11 @@ class Dialog:
         hidden = {k: v for k, v in self.masked.items() if k not in reveal}
         return render(text, {**self.variables, **hidden} if hidden else self.variables)
 
-    def _say(self, text: str, node) -> Say:
+    def _say(self, text: str, node, recorded: bool = False) -> Say:
+        """`recorded`: this is the node's own text or prompt, which its `audio` file may say instead."""
         reveal = [v for v in getattr(node, "reveal", None) or () if v in self.masked]
-        return Say(self.render(text, reveal), getattr(node, "voice", None), private=bool(reveal))
+        audio = getattr(node, "audio", None) if recorded and not reveal else None
+        return Say(self.render(text, reveal), getattr(node, "voice", None), private=bool(reveal), audio=audio)
 
     @property
     def collecting_sensitive(self) -> bool:
@@ -297,7 +300,7 @@ class Dialog:
             self.waiting = None
             node = self.node
             if isinstance(node, SayNode):
-                actions.append(self._say(node.text, node))
+                actions.append(self._say(node.text, node, recorded=True))
                 if node.pause_ms:
                     actions.append(Silence(node.pause_ms))
                 name = node.next
@@ -323,26 +326,27 @@ class Dialog:
                 elif node.slots and not node.intents and not self._missing_slots(node):
                     name = node.next  # every value is known already: nothing to ask
                     continue
-                actions += [self._say(self._ask_prompt(node), node), self._listen(node)]
+                prompt = self._ask_prompt(node)
+                actions += [self._say(prompt, node, recorded=prompt == node.prompt), self._listen(node)]
                 self.waiting = Waiting.CALLER
             elif isinstance(node, LlmNode):
                 self.llm_turns = 0
                 self.llm_history = []
                 if node.prompt:
-                    actions.append(self._say(node.prompt, node))
+                    actions.append(self._say(node.prompt, node, recorded=True))
                 actions.append(self._listen(node))
                 self.waiting = Waiting.CALLER
             elif isinstance(node, WebhookNode):
                 if node.say:
-                    actions.append(self._say(node.say, node))
+                    actions.append(self._say(node.say, node, recorded=True))
                 actions.append(self._fetch(name, node))
                 self.waiting = Waiting.FETCH
             elif isinstance(node, VoicemailNode):
-                actions += [self._say(node.prompt, node), Record(node.max_s, node.end_silence_s, node.beep)]
+                actions += [self._say(node.prompt, node, recorded=True), Record(node.max_s, node.end_silence_s, node.beep)]
                 self.waiting = Waiting.RECORD
             elif isinstance(node, TransferNode):
                 if node.text:
-                    actions.append(self._say(node.text, node))
+                    actions.append(self._say(node.text, node, recorded=True))
                 to = node.to or self.flow.queues[node.queue]
                 actions.append(Transfer(to) if node.mode == "blind" else
                                Transfer(to, "warm", self.render(node.summary, node.reveal), node.ring_s))
@@ -350,7 +354,7 @@ class Dialog:
                 self.finished = node.on_failure is None
             elif isinstance(node, HangupNode):
                 if node.text:
-                    actions.append(self._say(node.text, node))
+                    actions.append(self._say(node.text, node, recorded=True))
                 actions.append(Hangup())
                 self.finished = True
             return actions

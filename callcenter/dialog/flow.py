@@ -52,6 +52,10 @@ def _as_voice(v):
 class _Speaks(_Strict):
     """A node that says something, in the flow's voice unless it names its own."""
     voice: VoiceSettings | None = VoiceField
+    audio: str | None = Field(None, description=(
+        "A recorded prompt (a WAV file, relative to the flow file) played instead of synthesising the "
+        "node's text or prompt, e.g. a voice talent's recording. The text is still what transcripts show "
+        "and what a caller hears if the file cannot be played. Reprompts use the voice."))
     reveal: list[str] = Field(default_factory=list, description=(
         "Sensitive variables (a card number) this node may say in full, e.g. to read it back. Elsewhere "
         "a sensitive value is spoken masked ('ending in 1111'). Either way it is masked in the events, "
@@ -839,11 +843,43 @@ def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
 def load_flow(path: str | Path) -> Flow:
     """Load and check a flow file; raise UserFileError listing every problem as file:line:col."""
     flow, doc = load_model(path, Flow)
-    problems = check_flow(flow)
+    problems = check_flow(flow) + _recorded_prompts(flow, Path(path).resolve().parent)
     if problems:
         raise UserFileError([f"{doc.where(loc)}: {msg}" for loc, msg in problems])
     object.__setattr__(flow, "warnings", [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)])
     return flow
+
+
+MAX_PROMPT_S = 120  # a recorded prompt longer than this is not a prompt
+
+
+def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
+    """Each node's `audio` file exists and decodes (any WAV encoding, any rate); its path becomes
+    absolute, and the audio is loaded once, at 8 kHz, into the prompt store."""
+    from callcenter.audio.wavfile import AudioFileError, read_wav
+
+    problems = []
+    for name, node in flow.nodes.items():
+        audio = getattr(node, "audio", None)
+        if audio is None:
+            continue
+        path = (base / audio).resolve()
+        try:
+            pcm = read_wav(path)
+        except AudioFileError as exc:
+            problems.append((("nodes", name, "audio"), f"recorded prompt: {exc}"))
+            continue
+        seconds = len(pcm) / 16000
+        if seconds > MAX_PROMPT_S or seconds < 0.1:
+            problems.append((("nodes", name, "audio"), f"recorded prompt {audio!r} lasts {seconds:.1f} s "
+                                                        f"(0.1 to {MAX_PROMPT_S} s)"))
+            continue
+        node.audio = str(path)
+        RECORDED[str(path)] = pcm
+    return problems
+
+
+RECORDED: dict[str, bytes] = {}  # recorded prompts, 8 kHz 16-bit PCM, by absolute path (loaded with the flow)
 
 
 def flow_warnings(flow: Flow) -> list[tuple[tuple, str]]:
