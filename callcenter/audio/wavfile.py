@@ -6,7 +6,6 @@ import wave
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, SAMPLE_WIDTH
@@ -103,6 +102,8 @@ def read_wav(path: str | Path, rate: int = SAMPLE_RATE) -> bytes:
     if isinstance(x, bytes):
         return x
     if src_rate != rate:
+        import soxr
+
         x = soxr.resample(x, src_rate, rate, quality="HQ")
     return (np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 

@@ -856,13 +856,13 @@ MAX_PROMPT_S = 120  # a recorded prompt longer than this is not a prompt
 def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
     """Each node's `audio` file exists and decodes (any WAV encoding, any rate); its path becomes
     absolute, and the audio is loaded once, at 8 kHz, into the prompt store."""
-    from callcenter.audio.wavfile import AudioFileError, read_wav
-
     problems = []
     for name, node in flow.nodes.items():
         audio = getattr(node, "audio", None)
         if audio is None:
             continue
+        from callcenter.audio.wavfile import AudioFileError, read_wav  # (only flows with recordings)
+
         path = (base / audio).resolve()
         try:
             pcm = read_wav(path)
