@@ -15,12 +15,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class YamlLoader(yaml.SafeLoader):
-    """Safe YAML with YAML 1.2 booleans: only true/false are booleans, so a caller's "yes", "no",
-    "on" or "off" stays the word the author wrote."""
+    """Safe YAML with YAML 1.2's core types: only true/false are booleans, so a caller's "yes",
+    "no", "on" or "off" stays the word the author wrote; and dates stay text (the models parse
+    them), as editors and JSON Schema see them."""
 
 
 YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 YamlLoader.add_implicit_resolver(

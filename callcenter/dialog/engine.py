@@ -203,6 +203,9 @@ def call_clock(flow: Flow, now: dt.datetime | None = None) -> dt.datetime:
     return now.astimezone(zone) if now.tzinfo is not None else now.replace(tzinfo=zone)
 
 
+GLOBAL_OVER_ANSWER = 0.8  # the match a global intent needs to win over a slot the caller's words fill
+
+
 class Dialog:
     def __init__(self, flow: Flow, variables: dict[str, Any] | None = None, now: dt.datetime | None = None,
                  encoder="shared"):
@@ -450,7 +453,11 @@ class Dialog:
         if found := self._spoken_digits(node, text):
             return self._captured(node, found[0], found[1], via="speech")
         own = self._matchers[self.node_name].match(text)
-        if own.intent is None and (glob := self._global_match(text)) is not None:
+        answers = bool(node.slots) and any(self._slot_value(node.slots[n], text) is not None
+                                           for n in self._missing_slots(node))
+        # a global intent ("a pharmacist please") beats an answer to this node's question ("yes
+        # please") only when it is unmistakable
+        if own.intent is None and (glob := self._global_match(text, GLOBAL_OVER_ANSWER if answers else 0.0)) is not None:
             return glob
         if isinstance(node, LlmNode):
             return self._think(node, text)
@@ -470,9 +477,9 @@ class Dialog:
         self.variables["last_intent"] = m.intent
         return self._enter(node.intents[m.intent].next)
 
-    def _global_match(self, text: str) -> list[Action] | None:
+    def _global_match(self, text: str, at_least: float = 0.0) -> list[Action] | None:
         m = self._matchers[""].match(text)
-        if m.intent is None:
+        if m.intent is None or m.score < at_least:
             return None
         return self._go_global(m.intent, m.score, "global")
 
