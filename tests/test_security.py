@@ -253,7 +253,11 @@ def test_card_numbers_keyed_or_spoken_appear_nowhere(pay_agent, tmp_path, caller
     with Softphone(tmp_path / "spoken", noisy_mic(tmp_path / "spoken.wav", 60, spoken, 4.0)) as phone:
         phone.dial(agent.uri)
         assert phone.wait_established(10), phone.log()
-        assert phone.wait_ended(50), phone.log()
+        # recognised, the call ends by itself in ~22 s; on a busy machine Whisper may miss a digit
+        # in the noise, and the node asks again (20 s a try): the caller then hangs up
+        if not phone.wait_ended(35):
+            phone.hangup()
+            assert phone.wait_ended(10), phone.log()
     time.sleep(1.0)
     ws_text = tap.close()
 
