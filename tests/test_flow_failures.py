@@ -381,3 +381,84 @@ def test_scenarios_have_their_own_routes_and_check_what_the_webhook_sent(tmp_pat
     assert lines[0].startswith("ok ") and lines[1].startswith("ok "), r.stdout
     assert lines[2].startswith("FAIL") and "expected a request  /rx/4471 with {'store': 'york'}" in lines[3]
     assert '"store": "leeds"' in lines[3] and r.stdout.strip().endswith("2 passed, 1 failed")
+
+
+MAIN = """\
+name: main
+start: hello
+nodes:
+  hello:
+    type: say
+    text: Welcome.
+    next: verify
+  verify:
+    type: subflow
+    flow: verify.yaml
+    next: menu
+  menu:
+    type: hangup
+    text: "Thanks {name}, you are verified."
+"""
+
+VERIFY = """\
+name: verify
+start: ask_name
+nodes:
+  ask_name:
+    type: ask
+    prompt: What is your name?
+    slots:
+      name: {type: text}
+    next: done
+    on_failure: failed
+  done:
+    type: return
+    text: Thank you.
+  failed:
+    type: hangup
+    text: Sorry, I could not verify you.
+"""
+
+
+def test_a_subflow_runs_and_returns(tmp_path):
+    (tmp_path / "verify.yaml").write_text(VERIFY)
+    flow = load_flow(write(tmp_path, MAIN))
+    assert flow.sources == [tmp_path / "flow.yaml", tmp_path / "verify.yaml"]
+    d = Dialog(flow)
+    assert says(d.start()) == "Welcome. What is your name?"
+    assert says(d.on_utterance("Dana")) == "Thank you. Thanks Dana, you are verified."
+    assert d.path == ["hello", "verify", "verify/ask_name", "verify/done", "menu"]
+
+
+def test_subflow_mistakes_are_located_in_their_own_file(tmp_path):
+    (tmp_path / "verify.yaml").write_text(VERIFY.replace("next: done", "next: dnoe"))
+    with pytest.raises(UserFileError) as exc:
+        load_flow(write(tmp_path, MAIN))
+    assert exc.value.problems == [f"{tmp_path / 'verify.yaml'}:9:5: unknown node 'dnoe' (did you mean 'done'?)"]
+    ps = problems(tmp_path, MAIN.replace("verify.yaml", "missing.yaml"))
+    assert ps == [f"{tmp_path / 'flow.yaml'}:10:5: missing.yaml: no such flow file"]
+    (tmp_path / "verify.yaml").write_text(VERIFY.replace("    type: return\n", "    type: subflow\n    flow: flow.yaml\n"
+                                                         "    next: failed\n").replace("    text: Thank you.\n", ""))
+    ps = problems(tmp_path, MAIN)
+    assert len(ps) == 1 and "sub-flows call each other in a loop (flow.yaml -> verify.yaml -> flow.yaml)" in ps[0]
+    (tmp_path / "verify.yaml").write_text(VERIFY)
+    ps = problems(tmp_path, MAIN.replace("    type: hangup\n", "    type: return\n"))
+    assert any("return is only for a flow that another flow runs as a subflow" in p for p in ps)
+
+
+def test_hot_reload_watches_the_subflow_files(tmp_path):
+    import os
+    import time
+
+    from callcenter.dialog.library import FlowLibrary
+
+    (tmp_path / "verify.yaml").write_text(VERIFY)
+    library = FlowLibrary(write(tmp_path, MAIN))
+    time.sleep(0.01)
+    (tmp_path / "verify.yaml").write_text(VERIFY.replace("What is your name?", "Your full name, please?"))
+    os.utime(tmp_path / "verify.yaml", ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert library.poll()
+    assert library.current.nodes["verify/ask_name"].prompt == "Your full name, please?"
+    (tmp_path / "verify.yaml").write_text(VERIFY.replace("next: done", "next: dnoe"))
+    os.utime(tmp_path / "verify.yaml", ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
+    assert not library.poll() and "dnoe" in library.errors[0]  # the running version stays

@@ -206,7 +206,8 @@ def test_example_flows_pass_the_checker_and_the_schema():
         load_flow(path)
         jsonschema.validate(yaml.load(path.read_text(), Loader=YamlLoader), schema)
     kinds = {v["properties"]["type"]["const"] for k, v in schema["$defs"].items() if k.endswith("Node")}
-    assert kinds == {"say", "ask", "menu", "branch", "set", "webhook", "llm", "transfer", "voicemail", "hangup"}
+    assert kinds == {"say", "ask", "menu", "branch", "set", "webhook", "llm", "transfer", "voicemail", "hangup",
+                     "subflow", "return"}
 
 
 def test_flows_schema_command():

@@ -360,6 +360,9 @@ class Dialog:
                     actions.append(self._say(node.text, node, recorded=True))
                 actions.append(Hangup())
                 self.finished = True
+            else:  # subflow/return nodes are inlined by load_flow; anything else is a bug, not silence
+                raise FlowError(f"node {name!r} of type {getattr(node, 'type', '?')!r} cannot run here "
+                                "(load flows with load_flow)")
             return actions
         raise FlowError(f"flow {self.flow.name!r}: more than {MAX_CHAIN} nodes in a row without the caller "
                         f"from {name!r}")

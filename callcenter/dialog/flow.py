@@ -221,6 +221,18 @@ class SetNode(_Strict):
     next: str
 
 
+class SubflowNode(_Strict):
+    type: Literal["subflow"]
+    flow: str = Field(description="Another flow file (relative to this one) to run here; its `return` nodes "
+                                  "come back to next. It shares this call's variables.")
+    next: str = Field(description="The node after the sub-flow returns.")
+
+
+class ReturnNode(_Strict):
+    type: Literal["return"]
+    text: str | None = Field(None, description="Said before going back to the calling flow (a template).")
+
+
 class WebhookNode(_Speaks):
     type: Literal["webhook"]
     url: str = Field(description="http(s) URL, a template: {var} is filled in (URL-encoded).")
@@ -339,7 +351,7 @@ class HangupNode(_Speaks):
 
 
 Node = Annotated[Union[SayNode, AskNode, MenuNode, BranchNode, SetNode, WebhookNode, LlmNode, TransferNode,
-                       VoicemailNode, HangupNode], Field(discriminator="type")]
+                       VoicemailNode, HangupNode, SubflowNode, ReturnNode], Field(discriminator="type")]
 WAITS_FOR_CALLER = (AskNode, MenuNode, LlmNode, VoicemailNode)
 ENDS_CALL = (TransferNode, HangupNode)
 
@@ -470,6 +482,8 @@ class LlmProviderConfig(_Strict):
 class Flow(_Strict):
     # what the checker warns about (file:line:col: warning: ...), filled by load_flow; not in the file
     warnings: ClassVar[list[str]] = []
+    # the files this flow was loaded from: itself and its sub-flows (hot reload watches them all)
+    sources: ClassVar[list[Path]] = []
     name: str
     version: int = 1
     voice: VoiceSettings = Field(default_factory=VoiceSettings,
@@ -686,9 +700,13 @@ def _check_ask(name: str, node: AskNode, problems: list) -> None:
     _check_phrases(("nodes", name, "intents"), node.intents, problems)
 
 
-def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
-    """Problems a valid-shaped flow can still have, as (key path, message)."""
+def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = frozenset()) -> list[tuple[tuple, str]]:
+    """Problems a valid-shaped flow can still have, as (key path, message). `subflow`: the file is
+    run by another flow's `subflow` node, so its `return` nodes have somewhere to go."""
     problems: list[tuple[tuple, str]] = []
+    if not subflow:
+        problems += [(("nodes", n, "type"), "return is only for a flow that another flow runs as a subflow")
+                     for n, node in flow.nodes.items() if isinstance(node, ReturnNode)]
     problem = voice_problem(flow.voice.name)
     if problem:
         problems.append((("voice",), problem))
@@ -697,7 +715,7 @@ def check_flow(flow: Flow) -> list[tuple[tuple, str]]:
     to = flow.trouble.transfer_to
     if to is not None and to not in flow.queues and not re.match(r"^(sips?|tel):", to):
         problems.append((("trouble", "transfer_to"), f"{to!r} is neither a SIP URI nor one of the flow's queues"))
-    known = defined_variables(flow)
+    known = defined_variables(flow) | set(extra_variables)
     sensitive = sensitive_variables(flow)
     trusted = trusted_variables(flow)
     for name, node in flow.nodes.items():
@@ -841,13 +859,79 @@ def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
 
 
 def load_flow(path: str | Path) -> Flow:
-    """Load and check a flow file; raise UserFileError listing every problem as file:line:col."""
+    """Load and check a flow file and the sub-flows it calls; raise UserFileError listing every
+    problem as file:line:col (in the file where it is)."""
+    return _load(Path(path).resolve(), ())
+
+
+SUBFLOW_SEP = "/"  # a sub-flow's nodes are named "<calling node>/<its node>" in the call's path
+MAX_SUBFLOW_DEPTH = 8
+
+
+def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
+    """Load, check, and inline every sub-flow: the engine only ever sees one flow of plain nodes."""
     flow, doc = load_model(path, Flow)
-    problems = check_flow(flow) + _recorded_prompts(flow, Path(path).resolve().parent)
+    children: dict[str, Flow] = {}
+    for name, node in flow.nodes.items():
+        if not isinstance(node, SubflowNode):
+            continue
+        child_path = (path.parent / node.flow).resolve()
+        if child_path in (path, *calling) or len(calling) >= MAX_SUBFLOW_DEPTH:
+            chain = " -> ".join(p.name for p in (*calling, path, child_path))
+            raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: sub-flows call each other in a loop ({chain})"])
+        if not child_path.is_file():
+            raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: {node.flow}: no such flow file"])
+        children[name] = _load(child_path, (*calling, path))
+    # what a sub-flow sets (its slots, saves) the calling flow may read after it returns
+    extra = set().union(*(defined_variables(c) for c in children.values())) if children else set()
+    problems = check_flow(flow, subflow=bool(calling), extra_variables=extra) + _recorded_prompts(flow, path.parent)
     if problems:
         raise UserFileError([f"{doc.where(loc)}: {msg}" for loc, msg in problems])
-    object.__setattr__(flow, "warnings", [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)])
+    warnings = [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)]
+    sources = [path]
+    for name, child in children.items():
+        sources += [s for s in child.sources if s not in sources]
+        warnings += child.warnings
+        _inline(flow, name, flow.nodes[name], child)
+    object.__setattr__(flow, "sources", sources)
+    object.__setattr__(flow, "warnings", warnings)
     return flow
+
+
+def _inline(flow: Flow, name: str, node: SubflowNode, child: Flow) -> None:
+    """The child's nodes join the parent's as "name/node"; the sub-flow node becomes a step into the
+    child's start and each `return` a step back to the node's next. Variables, queues and model
+    providers the parent lacks are added; the parent's globals, hours and voice apply throughout."""
+    prefix = f"{name}{SUBFLOW_SEP}"
+    for child_name, child_node in child.nodes.items():
+        if isinstance(child_node, ReturnNode):
+            new = SayNode(type="say", text=child_node.text, next=node.next) if child_node.text else \
+                SetNode(type="set", next=node.next)
+        else:
+            new = child_node.model_copy(deep=True)
+            for sub, target in targets(child_node):
+                _retarget(new, sub, prefix + target)
+        flow.nodes[prefix + child_name] = new
+    flow.nodes[name] = SetNode(type="set", next=prefix + child.start)
+    for var, value in child.variables.items():
+        flow.variables.setdefault(var, value)
+    for qname, uri in child.queues.items():
+        flow.queues.setdefault(qname, uri)
+    for pname, provider in child.llm.items():
+        flow.llm.setdefault(pname, provider)
+    flow.env = sorted(set(flow.env) | set(child.env))
+
+
+def _retarget(node, sub: tuple, target: str) -> None:
+    """Point the reference at key path `sub` (as `targets` names it) inside `node` at `target`."""
+    obj = node
+    for key in sub[:-1]:
+        obj = obj[key] if isinstance(obj, (dict, list)) else getattr(obj, key)
+    last = sub[-1]
+    if isinstance(obj, (dict, list)):
+        obj[last] = target
+    else:
+        setattr(obj, "otherwise" if last == "else" else last, target)
 
 
 MAX_PROMPT_S = 120  # a recorded prompt longer than this is not a prompt

@@ -31,22 +31,28 @@ class FlowLibrary:
         self.path = Path(path)
         self.prepare = prepare
         self.on_reload: Callable[[Flow], object] | None = None
+        self.current: Flow = load_flow(self.path)  # the first version must be valid: serve refuses to start
         self._stamp = self._stat()
         self.digest = self._digest()
-        self.current: Flow = load_flow(self.path)  # the first version must be valid: serve refuses to start
         self.errors: list[str] = []
         self.reloads = 0
 
-    def _stat(self) -> tuple[float, int] | None:
+    def _files(self) -> list[Path]:
+        """The flow file and every sub-flow file the running version uses."""
+        return list(self.current.sources) or [self.path]
+
+    def _stat(self) -> tuple | None:
         try:
-            st = self.path.stat()
-            return st.st_mtime_ns, st.st_size
+            return tuple((st.st_mtime_ns, st.st_size) for st in (f.stat() for f in self._files()))
         except OSError:
             return None
 
     def _digest(self) -> str:
         try:
-            return hashlib.sha256(self.path.read_bytes()).hexdigest()[:12]
+            h = hashlib.sha256()
+            for f in self._files():
+                h.update(f.read_bytes())
+            return h.hexdigest()[:12]
         except OSError:
             return ""
 
@@ -72,7 +78,8 @@ class FlowLibrary:
                 self.prepare(flow)
             except Exception:  # the version is valid; what could not be made ahead is made by its first call
                 log.exception("flow_prepare_failed", path=str(self.path), version=flow.version)
-        self.current, self.digest, self.errors = flow, digest, []
+        self.current, self.errors = flow, []
+        self._stamp, self.digest = self._stat(), self._digest()  # the new version may use other files
         self.reloads += 1
         log.info("flow_reloaded", path=str(self.path), flow=flow.name, version=flow.version, digest=digest)
         return True
