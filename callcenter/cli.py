@@ -42,7 +42,13 @@ def cmd_simulate(args) -> int:
     from callcenter.call.caller import EchoPath
 
     echo = EchoPath(gain_db=-args.echo_loss) if args.echo_loss is not None else None
-    result, events = asyncio.run(simulate_call(flow, steps, Path(args.out), stt, tts, echo=echo))
+    call = simulate_call(flow, steps, Path(args.out), stt, tts, echo=echo)
+    if args.fast:
+        from callcenter.call.virtual_clock import run_virtual
+
+        result, events = run_virtual(call)
+    else:
+        result, events = asyncio.run(call)
     for who, text in result.transcript:
         print(f"{who}: {text}")
     print(f"-- call ended by {result.ended_by}; recording and events in {args.out}")
@@ -235,7 +241,7 @@ def cmd_test(args) -> int:
 
     passed, failed, _ = run_scenarios(args.files, only=args.only, json_out=Path(args.json) if args.json else None,
                                       out_root=Path(args.out) if args.out else None,
-                                      at=parse_at(args.at) if args.at else None)
+                                      at=parse_at(args.at) if args.at else None, real_time=args.real_time)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
@@ -348,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the agent's voice echoes back on the caller's line this many dB down (e.g. 15)")
     s.add_argument("--out", required=True)
     s.add_argument("--stt-model", default=None)
+    s.add_argument("--fast", action="store_true", help="on a virtual clock: the same call in the seconds its "
+                                                        "computation takes (services must answer at once)")
     s.set_defaults(fn=cmd_simulate)
 
     s = sub.add_parser("say", help="synthesize text to an 8 kHz WAV")
@@ -407,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", "--only", default=None, help="only scenarios whose name contains this")
     s.add_argument("--json", default=None, help="write a report here")
     s.add_argument("--out", default=None, help="folder for audio scenarios' recordings and events")
+    s.add_argument("--real-time", action="store_true", help="run on the wall clock (for flows that call services "
+                                                             "outside this machine); default: a virtual clock")
     s.add_argument("--at", default=None, metavar="TIME", help="the calls' clock for every scenario, e.g. "
                                                               "'2026-12-24T18:30 Europe/London'")
     s.set_defaults(fn=cmd_test)

@@ -509,8 +509,11 @@ def _slug(text: str) -> str:
 
 
 def run_scenarios(paths: list[str], only: str | None = None, json_out: Path | None = None,
-                  out_root: Path | None = None, at: dt.datetime | None = None) -> tuple[int, int, list[dict]]:
-    """Run scenario files; print one line per scenario. Returns (passed, failed, reports)."""
+                  out_root: Path | None = None, at: dt.datetime | None = None,
+                  real_time: bool = False) -> tuple[int, int, list[dict]]:
+    """Run scenario files; print one line per scenario. Returns (passed, failed, reports). On a
+    virtual clock (call/virtual_clock.py) unless `real_time`: waits, timeouts and the caller's
+    pauses take no wall time."""
     reports, passed, failed = [], 0, 0
 
     async def main() -> None:
@@ -534,7 +537,12 @@ def run_scenarios(paths: list[str], only: str | None = None, json_out: Path | No
                 failed += not out.passed
                 reports.append({"file": str(p), **out.report()})
 
-    asyncio.run(main())
+    if real_time:
+        asyncio.run(main())
+    else:
+        from callcenter.call.virtual_clock import run_virtual
+
+        run_virtual(main())
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"passed": passed, "failed": failed, "scenarios": reports}, indent=2))

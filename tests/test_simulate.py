@@ -224,3 +224,28 @@ def test_a_recorded_prompt_is_played_instead_of_the_voice(stt, tts, caller_voice
     (tmp_path / "flow.yaml").write_text(text.replace("prompts/greeting.wav", "prompts/missing.wav"))
     with pytest.raises(UserFileError, match=r"flow.yaml:7:5: recorded prompt: .*missing.wav: no such file"):
         load_flow(tmp_path / "flow.yaml")
+
+
+def test_the_virtual_clock_gives_the_same_call_in_a_fraction_of_the_time(flow, stt, tts, caller_voice, tmp_path):
+    import time
+
+    from callcenter.call.virtual_clock import run_virtual
+
+    bill = caller_voice("bill", "I have a question about my bill")
+    done = caller_voice("done", "No thanks, that's all")
+    steps = [CallerStep(wav=bill), CallerStep(digit="1"), CallerStep(wav=done)]
+    t0 = time.monotonic()
+    real, _ = run(flow, steps, tmp_path / "real", stt, tts)
+    real_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    fast, _ = run_virtual(simulate_call(flow, steps, tmp_path / "fast", stt, tts, call_id="sim"))
+    fast_s = time.monotonic() - t0
+
+    def story(folder):
+        return [(e["kind"], e.get("text"), e.get("intent"), e.get("node"), e.get("digit"))
+                for e in read_events(folder / "sim.jsonl") if e["kind"] != "stt_partial"]
+
+    assert story(tmp_path / "fast") == story(tmp_path / "real")
+    assert fast.transcript == real.transcript and fast.ended_by == real.ended_by
+    call_s = read_events(tmp_path / "fast" / "sim.jsonl")[-1]["t"]
+    assert call_s > 15 and fast_s < real_s / 3, (call_s, fast_s, real_s)  # a 20 s call in seconds

@@ -56,8 +56,10 @@ class MediaBridge:
         loop: asyncio.AbstractEventLoop,
         recorder: StereoRecorder | None = None,
         ambience: Ambience | None = None,
+        clock=time.monotonic,
     ):
         self._loop = loop
+        self.clock = clock  # the call's clock (a simulation on a virtual clock passes its loop's)
         self.recorder = recorder
         self.ambience = ambience if ambience is not None and ambience.enabled else None
         self.caller_frames: asyncio.Queue[LineFrame] = asyncio.Queue()
@@ -103,7 +105,7 @@ class MediaBridge:
                 self._out[-1].last = True
                 return
         if self._on_utterance_played:
-            self._on_utterance_played(utterance, time.monotonic())
+            self._on_utterance_played(utterance, self.clock())
 
     def pause(self) -> None:
         """Hold the agent's voice: silence (and ambience) goes out, queued audio waits."""
@@ -136,7 +138,7 @@ class MediaBridge:
 
     # ---- transport clock side (any thread)
     def _tick(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self._clock0 is None:
             self._clock0 = now
         late = now - (self._clock0 + self.frames_out * FRAME_S)
@@ -165,7 +167,7 @@ class MediaBridge:
         self._pending_agent = SILENCE_PCM if item is not None and item.private else pcm
         self._references.append(pcm)
         if item is not None:
-            now = time.monotonic()
+            now = self.clock()
             if item.first and self._on_first_frame:
                 self._loop.call_soon_threadsafe(self._on_first_frame, item.utterance, now)
             if item.last and self._on_utterance_played:

@@ -293,7 +293,7 @@ class CallSession:
             self._speak_queue.get_nowait()
         if self.speech is not None:
             self.speech.interrupt()
-            self._utterance_played(self.speech.id, time.monotonic())
+            self._utterance_played(self.speech.id, self.bridge.clock())
         if emit:
             self.events.emit(ev.BARGE_IN, reason=reason, dropped_frames=dropped)
 

@@ -5,7 +5,6 @@ by flow tests and by the benchmarks."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 import wave
 from dataclasses import dataclass
@@ -113,15 +112,16 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     for old in (out_dir / f"{call_id}.wav", out_dir / f"{call_id}.jsonl"):
         old.unlink(missing_ok=True)  # a simulation run again writes afresh (live calls never reuse a name)
     recorder = StereoRecorder(out_dir / f"{call_id}.wav")
-    events = CallEvents(call_id, out_dir / f"{call_id}.jsonl")
-    bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0))
+    # one clock for everything: the loop's (real time, or virtual under `simulate --fast`)
+    events = CallEvents(call_id, out_dir / f"{call_id}.jsonl", clock=loop.time)
+    bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0), clock=loop.time)
     line = line or SimulatedLine()
     session = CallSession(call_id, flow, bridge, line, events, stt, tts, **session_args)
     agent_pcm = bytearray()
     caller_queue: list[bytes] = []
 
     async def clock() -> None:
-        t0 = time.monotonic()
+        t0 = loop.time()
         tick = 0
         while True:
             sent = bridge.agent_frame()
@@ -131,7 +131,7 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
                 heard = float_to_pcm(pcm_to_float(heard) + echo.frame(pcm_to_float(sent)))
             bridge.caller_frame(heard)
             tick += 1
-            await asyncio.sleep(max(0.0, t0 + tick * FRAME_MS / 1000 - time.monotonic()))
+            await asyncio.sleep(max(0.0, t0 + tick * FRAME_MS / 1000 - loop.time()))
 
     async def caller() -> None:
         for i, step in enumerate(steps):
@@ -197,11 +197,12 @@ async def _wait_agent_silent(session: CallSession, bridge: MediaBridge, final: b
     """Wait until the agent has spoken and then been quiet for CALLER_GAP_S (or the call ended).
     `final`: before hanging up, also wait for a voicemail being recorded to finish."""
     quiet_since = None
+    clock = asyncio.get_running_loop().time
     while not session._ended.is_set():
         if session.busy or session.utterances_spoken == 0 or final and session.recording_voicemail:
             quiet_since = None
         elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= CALLER_GAP_S:
+            quiet_since = clock()
+        elif clock() - quiet_since >= CALLER_GAP_S:
             return
         await asyncio.sleep(FRAME_MS / 1000)
