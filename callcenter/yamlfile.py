@@ -127,6 +127,26 @@ def _field_name(loc: tuple) -> str:
 
 def load_model(path: str | Path, model: type[M], context: dict[str, Any] | None = None) -> tuple[M, LocatedYaml]:
     """Parse and validate a YAML file; every problem is reported with its position."""
+    doc = load_yaml(path)
+    try:
+        return model.model_validate(doc.data, context=context), doc
+    except ValidationError as exc:
+        raise UserFileError(validation_problems(doc, exc)) from None
+
+
+def validation_problems(doc: LocatedYaml, exc: ValidationError, prefix: tuple = ()) -> list[str]:
+    """pydantic's errors as `file:line:col: field: message`; `prefix`: where the validated part sits."""
+    problems = []
+    for err in exc.errors():
+        loc = doc.file_loc(prefix + tuple(err["loc"]))
+        if err["type"] == "union_tag_invalid":  # point at the bad tag, not at the whole entry
+            loc += (err["ctx"]["discriminator"].strip("'"),)
+        problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {err['msg']}")
+    return problems
+
+
+def load_yaml(path: str | Path) -> LocatedYaml:
+    """Read and parse a user YAML file (a mapping at the top), with positions."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -137,14 +157,5 @@ def load_model(path: str | Path, model: type[M], context: dict[str, Any] | None 
     doc = LocatedYaml(path, text)
     if not isinstance(doc.data, dict):
         raise UserFileError([f"{path}:1:1: expected a mapping at the top level"])
-    try:
-        return model.model_validate(doc.data, context=context), doc
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = doc.file_loc(err["loc"])
-            if err["type"] == "union_tag_invalid":  # point at the bad tag, not at the whole entry
-                loc += (err["ctx"]["discriminator"].strip("'"),)
-            problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {err['msg']}")
-        raise UserFileError(problems) from None
+    return doc
 

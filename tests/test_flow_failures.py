@@ -462,3 +462,30 @@ def test_hot_reload_watches_the_subflow_files(tmp_path):
     (tmp_path / "verify.yaml").write_text(VERIFY.replace("next: done", "next: dnoe"))
     os.utime(tmp_path / "verify.yaml", ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
     assert not library.poll() and "dnoe" in library.errors[0]  # the running version stays
+
+
+def test_one_run_shows_every_problem(tmp_path):
+    ps = problems(tmp_path, """\
+        name: e
+        start: greet
+        nodes:
+          greet:
+            type: say
+            text: Hello
+            next: question
+          question:
+            type: ask
+            prompt: What?
+          bye:
+            type: hangup
+            next: nowhere
+          other:
+            type: say
+            text: hi
+            next: byee
+        """)
+    where = str(tmp_path / "flow.yaml")
+    assert ps == [f"{where}:8:3: nodes.question.on_failure: Field required",
+                  f"{where}:8:3: nodes.question: an ask node needs intents or slots",
+                  f"{where}:13:5: nodes.bye.next: Extra inputs are not permitted",
+                  f"{where}:17:5: unknown node 'byee' (did you mean 'bye'?)"]

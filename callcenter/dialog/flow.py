@@ -17,12 +17,12 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from callcenter.dialog.expr import ExprError, parse_expr, template_names
 from callcenter.dialog.slots import SLOT_TYPES
 from callcenter.voice.settings import AmbienceSettings, VoiceSettings, voice_problem
-from callcenter.yamlfile import UserFileError, load_model
+from callcenter.yamlfile import LocatedYaml, UserFileError, load_yaml, validation_problems
 
 DTMF_DIGITS = "0123456789*#"
 NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
@@ -700,7 +700,8 @@ def _check_ask(name: str, node: AskNode, problems: list) -> None:
     _check_phrases(("nodes", name, "intents"), node.intents, problems)
 
 
-def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = frozenset()) -> list[tuple[tuple, str]]:
+def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = frozenset(),
+               whole: bool = True) -> list[tuple[tuple, str]]:
     """Problems a valid-shaped flow can still have, as (key path, message). `subflow`: the file is
     run by another flow's `subflow` node, so its `return` nodes have somewhere to go."""
     problems: list[tuple[tuple, str]] = []
@@ -783,7 +784,8 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
             problems.append((("globals",), f"{count} and {target} go together"))
         if node_name is not None and node_name not in flow.nodes:
             problems.append((("globals", target), f"unknown node {node_name!r}{did_you_mean(node_name, flow.nodes)}"))
-    problems += _reachability(flow) + _silent_cycles(flow)
+    if whole:  # with a node left out for its shape, what it would lead to is unknown
+        problems += _reachability(flow) + _silent_cycles(flow)
     return problems
 
 
@@ -870,7 +872,7 @@ MAX_SUBFLOW_DEPTH = 8
 
 def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
     """Load, check, and inline every sub-flow: the engine only ever sees one flow of plain nodes."""
-    flow, doc = load_model(path, Flow)
+    flow, doc, shape = _validate(path)
     children: dict[str, Flow] = {}
     for name, node in flow.nodes.items():
         if not isinstance(node, SubflowNode):
@@ -884,9 +886,10 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
         children[name] = _load(child_path, (*calling, path))
     # what a sub-flow sets (its slots, saves) the calling flow may read after it returns
     extra = set().union(*(defined_variables(c) for c in children.values())) if children else set()
-    problems = check_flow(flow, subflow=bool(calling), extra_variables=extra) + _recorded_prompts(flow, path.parent)
-    if problems:
-        raise UserFileError([f"{doc.where(loc)}: {msg}" for loc, msg in problems])
+    problems = check_flow(flow, subflow=bool(calling), extra_variables=extra, whole=not shape) + \
+        _recorded_prompts(flow, path.parent)
+    if shape or problems:
+        raise UserFileError(shape + [f"{doc.where(loc)}: {msg}" for loc, msg in problems])
     warnings = [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)]
     sources = [path]
     for name, child in children.items():
@@ -896,6 +899,38 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
     object.__setattr__(flow, "sources", sources)
     object.__setattr__(flow, "warnings", warnings)
     return flow
+
+
+_NODE = TypeAdapter(Node)
+
+
+def _validate(path: Path) -> tuple[Flow, LocatedYaml, list[str]]:
+    """The flow, node by node: a node with a wrong shape is reported and left out (its name kept,
+    as a plain hangup, so that references to it are not reported again), and everything else is
+    still checked, so one run shows every problem."""
+    doc = load_yaml(path)
+    data = dict(doc.data)
+    shape: list[str] = []
+    nodes = data.get("nodes")
+    if isinstance(nodes, dict):
+        good = {}
+        for name, raw in nodes.items():
+            try:
+                good[name] = _NODE.validate_python(raw)
+            except ValidationError as exc:
+                found = validation_problems(doc, exc, ("nodes", name))
+                # the node's own rules run only once its fields are right: say them now as well
+                if isinstance(raw, dict) and raw.get("type") == "ask" and not raw.get("intents") \
+                        and not raw.get("slots") and not any("needs intents or slots" in f for f in found):
+                    found.append(f"{doc.where(('nodes', name))}: nodes.{name}: an ask node needs intents or slots")
+                shape += found
+                good[name] = HangupNode(type="hangup")
+        data["nodes"] = good
+    try:
+        flow = Flow.model_validate(data)
+    except ValidationError as exc:
+        raise UserFileError(shape + validation_problems(doc, exc)) from None
+    return flow, doc, shape
 
 
 def _inline(flow: Flow, name: str, node: SubflowNode, child: Flow) -> None:
