@@ -48,3 +48,17 @@ def test_caller_phrasings_of_dates(said, date):
 def test_what_is_not_a_date_stays_empty():
     for said in ("sometime", "whenever suits", "I don't know", "next week"):
         assert parse_date(said, TODAY) is None, said
+
+
+NUMBERS = [
+    ("a hundred and twenty", 120), ("1,200", 1200), ("twelve hundred", 1200), ("two point five", 2.5),
+    ("three and a half", 3.5), ("a dozen", 12), ("two dozen", 24), ("a couple", 2), ("half", 0.5),
+    ("minus five", -5), ("forty-two", 42), ("about 2,500,000", 2_500_000), ("seventy five percent", 75),
+]
+
+
+@pytest.mark.parametrize("said,value", NUMBERS)
+def test_caller_phrasings_of_numbers(said, value):
+    from callcenter.dialog.slots import parse_number
+
+    assert parse_number(said) == value

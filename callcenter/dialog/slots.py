@@ -96,9 +96,33 @@ def numbers_in(text: str) -> list[tuple[float, int, int]]:
     return out
 
 
+_WORD_NUMBERS = {"dozen": 12.0, "half": 0.5, "couple": 2.0, "quarter": 0.25}
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+
+
 def parse_number(text: str) -> float | None:
+    """The first number said: "a hundred and twenty", "1,200", "two point five", "three and a half",
+    "a dozen", "a couple", "half", "minus five"."""
+    text = _THOUSANDS.sub("", text)
+    toks = _tokens(text)
     found = numbers_in(text)
-    return found[0][0] if found else None
+    if found:
+        value, start, end = found[0]
+        if toks[end:end + 1] == ["dozen"]:
+            value *= 12
+        elif toks[end:end + 3] == ["and", "a", "half"]:
+            value += 0.5
+        elif toks[end:end + 3] == ["and", "a", "quarter"]:
+            value += 0.25
+        if start and toks[start - 1] in ("minus", "negative"):
+            value = -value
+        words_first = next((i for i, t in enumerate(toks) if t in _WORD_NUMBERS), None)
+        if words_first is None or words_first > start:
+            return value
+    for i, tok in enumerate(toks):
+        if tok in _WORD_NUMBERS and (tok != "half" or not (i and toks[i - 1] in ("and",))):
+            return _WORD_NUMBERS[tok]
+    return None
 
 
 # ------------------------------------------------------------------ yes / no
