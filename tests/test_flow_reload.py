@@ -57,8 +57,9 @@ def test_edits_apply_to_new_calls_only_and_bad_edits_are_rejected(tmp_path):
         assert wait_log(agent, '"version": 2, "prompts"', 30), agent.log()[-2000:]
         assert sipp_call(agent.sip_port, 7, tmp_path).wait(60) == 0
         flow.write_text(original.replace("version: 1", "version: 3").replace("next: main_menu", "next: nowhere"))
-        assert wait_log(agent, '"flow_rejected"'), agent.log()[-2000:]
-        assert "unknown node 'nowhere'" in agent.log()
+        # the poll may catch the file half-written first (rejected for that); the finished file's
+        # own problem follows within a poll
+        assert wait_log(agent, "unknown node 'nowhere'"), agent.log()[-2000:]
         assert sipp_call(agent.sip_port, 7, tmp_path).wait(60) == 0
         assert first.wait(60) == 0
         time.sleep(1)
