@@ -634,13 +634,14 @@ class CallSession:
         """Speak `text` into another leg (the person a warm transfer goes to) and wait until it has
         been played out."""
         self.events.emit(ev.TRANSFER_SUMMARY, text=text)
+        played = asyncio.get_running_loop().create_future()
+        bridge.on_playout(lambda utt, at: None, lambda utt, at: played.done() or played.set_result(at))
         first = True
         async for frame in self.tts.stream(text, self.flow.voice):
             bridge.play(frame, 1, first=first)
             first = False
         bridge.end_utterance(1)
-        while bridge.queued_frames:
-            await asyncio.sleep(0.02)
+        await played  # the leg's own playout says when its last frame has gone
 
     async def _record(self, action: Record) -> None:
         """Leave a message: a beep, then the caller's audio until # / silence / the maximum length."""
