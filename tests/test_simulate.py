@@ -12,8 +12,13 @@ from callcenter.call.simulate import CallerStep, simulate_call
 pytestmark = pytest.mark.slow
 
 
-def run(flow, steps, out, stt, tts):
-    return asyncio.run(simulate_call(flow, steps, out, stt, tts, call_id="sim"))
+def run(flow, steps, out, stt, tts, real_time: bool = False):
+    """A simulated call, on the virtual clock unless `real_time` (the test below shows both give
+    the same call)."""
+    from callcenter.call.virtual_clock import run_virtual
+
+    call = simulate_call(flow, steps, out, stt, tts, call_id="sim")
+    return asyncio.run(call) if real_time else run_virtual(call)
 
 
 def test_spoken_billing_request_then_goodbye(flow, stt, tts, caller_voice, tmp_path):
@@ -63,7 +68,9 @@ def test_echo_of_the_agent_is_not_a_caller(flow, stt, tts, tmp_path):
     """The agent's own voice comes back 15 dB down on the caller's line: no pause, no barge-in."""
     from callcenter.call.caller import EchoPath
 
-    result, _ = asyncio.run(simulate_call(flow, [CallerStep(digit="1"), CallerStep(digit="2")], tmp_path, stt,
+    from callcenter.call.virtual_clock import run_virtual
+
+    result, _ = run_virtual(simulate_call(flow, [CallerStep(digit="1"), CallerStep(digit="2")], tmp_path, stt,
                                           tts, call_id="sim", echo=EchoPath(gain_db=-15)))
     kinds = [e["kind"] for e in read_events(tmp_path / "sim.jsonl")]
     assert "agent_paused" not in kinds and "barge_in" not in kinds and "stt_final" not in kinds
@@ -235,7 +242,7 @@ def test_the_virtual_clock_gives_the_same_call_in_a_fraction_of_the_time(flow, s
     done = caller_voice("done", "No thanks, that's all")
     steps = [CallerStep(wav=bill), CallerStep(digit="1"), CallerStep(wav=done)]
     t0 = time.monotonic()
-    real, _ = run(flow, steps, tmp_path / "real", stt, tts)
+    real, _ = run(flow, steps, tmp_path / "real", stt, tts, real_time=True)
     real_s = time.monotonic() - t0
     t0 = time.monotonic()
     fast, _ = run_virtual(simulate_call(flow, steps, tmp_path / "fast", stt, tts, call_id="sim"))
