@@ -99,7 +99,7 @@ def stt():
 def tts():
     from callcenter.voice.speaker import make_tts
 
-    return make_tts()  # the default voice, ssm:joe; flows pick others per node
+    return make_tts()  # the default voice, ssm:heart; flows pick others per node
 
 
 @pytest.fixture(scope="session")

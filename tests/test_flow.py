@@ -105,7 +105,7 @@ def test_voices_per_flow_and_per_node(tmp_path):
     assert flow.voice.name == "ssm:slt" and flow.voice.speed == 1.1
     assert flow.nodes["bye"].voice.name == "ssm:awb" and flow.nodes["menu"].voice is None
     assert flow.ambience.preset == "office"
-    assert load_flow(write(tmp_path, GOOD)).voice.name == "ssm:joe"
+    assert load_flow(write(tmp_path, GOOD)).voice.name == "ssm:heart"
 
 
 def test_unknown_voice_and_bad_speed_are_located(tmp_path):

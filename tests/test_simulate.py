@@ -59,7 +59,7 @@ def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
     result, _ = run(flow.model_copy(update={"nodes": nodes}), [CallerStep(digit="2"), CallerStep(digit="0")],
                     tmp_path, stt, tts)
     says = [e for e in read_events(tmp_path / "sim.jsonl") if e["kind"] == "agent_say"]
-    assert says[0]["voice"] == "ssm:joe"
+    assert says[0]["voice"] == "ssm:heart"
     assert [e["voice"] for e in says if e["text"].startswith("For technical")] == ["ssm:awb"]
     assert result.ended_by == "transfer"
 

@@ -487,7 +487,7 @@ class Flow(_Strict):
     name: str
     version: int = 1
     voice: VoiceSettings = Field(default_factory=VoiceSettings,
-                                 description="Voice for the whole flow: a name (ssm:joe — the default, ssm:awb, "
+                                 description="Voice for the whole flow: a name (ssm:heart — the default, ssm:joe, ssm:awb, "
                                              "ssm:slt, espeak:en-us) or {name, speed, pitch}.")
     ambience: AmbienceSettings = Field(default_factory=AmbienceSettings,
                                        description="Phone-line ambience: a preset (clean, office, callcenter, "

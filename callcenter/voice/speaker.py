@@ -187,5 +187,5 @@ class Speaker:
 
 
 def make_tts(voice: str | VoiceSettings | None = None, cache_bytes: int = PROMPT_CACHE_BYTES) -> Speaker:
-    """The speaker for a flow's default voice (`ssm:joe` when it names none)."""
+    """The speaker for a flow's default voice (`ssm:heart` when it names none)."""
     return Speaker(voice_settings(voice) or VoiceSettings(), PromptCache(cache_bytes))
