@@ -863,7 +863,7 @@ def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
 def load_flow(path: str | Path) -> Flow:
     """Load and check a flow file and the sub-flows it calls; raise UserFileError listing every
     problem as file:line:col (in the file where it is)."""
-    return _load(Path(path).resolve(), ())
+    return _load(Path(path), ())
 
 
 SUBFLOW_SEP = "/"  # a sub-flow's nodes are named "<calling node>/<its node>" in the call's path
@@ -877,13 +877,13 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
     for name, node in flow.nodes.items():
         if not isinstance(node, SubflowNode):
             continue
-        child_path = (path.parent / node.flow).resolve()
-        if child_path in (path, *calling) or len(calling) >= MAX_SUBFLOW_DEPTH:
+        child_path = path.parent / node.flow  # as the user would write it, in messages
+        if child_path.resolve() in (path.resolve(), *calling) or len(calling) >= MAX_SUBFLOW_DEPTH:
             chain = " -> ".join(p.name for p in (*calling, path, child_path))
             raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: sub-flows call each other in a loop ({chain})"])
         if not child_path.is_file():
             raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: {node.flow}: no such flow file"])
-        children[name] = _load(child_path, (*calling, path))
+        children[name] = _load(child_path, (*calling, path.resolve()))
     # what a sub-flow sets (its slots, saves) the calling flow may read after it returns
     extra = set().union(*(defined_variables(c) for c in children.values())) if children else set()
     problems = check_flow(flow, subflow=bool(calling), extra_variables=extra, whole=not shape) + \
@@ -891,7 +891,7 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
     if shape or problems:
         raise UserFileError(shape + [f"{doc.where(loc)}: {msg}" for loc, msg in problems])
     warnings = [f"{doc.where(loc)}: warning: {msg}" for loc, msg in flow_warnings(flow)]
-    sources = [path]
+    sources = [path.resolve()]
     for name, child in children.items():
         sources += [s for s in child.sources if s not in sources]
         warnings += child.warnings
