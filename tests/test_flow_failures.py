@@ -10,18 +10,7 @@ from callcenter.dialog.engine import Dialog, Fetch, Say
 from callcenter.dialog.expr import ExprError, parse_expr
 from callcenter.dialog.flow import load_flow
 from callcenter.yamlfile import UserFileError
-
-
-def write(tmp_path, text: str):
-    p = tmp_path / "flow.yaml"
-    p.write_text(textwrap.dedent(text))
-    return p
-
-
-def problems(tmp_path, text: str) -> list[str]:
-    with pytest.raises(UserFileError) as exc:
-        load_flow(write(tmp_path, text))
-    return exc.value.problems
+from tests.test_flow import problems, write
 
 
 def says(actions) -> str:

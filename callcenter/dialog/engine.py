@@ -456,12 +456,13 @@ class Dialog:
         if found := self._spoken_digits(node, text):
             return self._captured(node, found[0], found[1], via="speech")
         own = self._matchers[self.node_name].match(text)
-        answers = bool(node.slots) and any(self._slot_value(node.slots[n], text) is not None
-                                           for n in self._missing_slots(node))
-        # a global intent ("a pharmacist please") beats an answer to this node's question ("yes
-        # please") only when it is unmistakable
-        if own.intent is None and (glob := self._global_match(text, GLOBAL_OVER_ANSWER if answers else 0.0)) is not None:
-            return glob
+        if own.intent is None:
+            # a global intent ("a pharmacist please") beats an answer to this node's question ("yes
+            # please") only when it is unmistakable
+            answers = bool(node.slots) and any(self._slot_value(node.slots[n], text) is not None
+                                               for n in self._missing_slots(node))
+            if (glob := self._global_match(text, GLOBAL_OVER_ANSWER if answers else 0.0)) is not None:
+                return glob
         if isinstance(node, LlmNode):
             return self._think(node, text)
         if node.slots:

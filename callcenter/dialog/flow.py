@@ -146,6 +146,16 @@ class SayNode(_Speaks):
     next: str
 
 
+def ask_rules(intents, slots, next_) -> list[str]:
+    """An ask node's own rules, beyond each field's shape (also run on a node whose fields are wrong)."""
+    problems = []
+    if not intents and not slots:
+        problems.append("an ask node needs intents or slots")
+    if slots and next_ is None:
+        problems.append("an ask node with slots needs next (where to go once they are filled)")
+    return problems
+
+
 class AskNode(_Asks):
     type: Literal["ask"]
     prompt: str = Field(min_length=1, description="The question (a template).")
@@ -168,10 +178,9 @@ class AskNode(_Asks):
 
     @model_validator(mode="after")
     def _intents_or_slots(self):
-        if not self.intents and not self.slots:
-            raise ValueError("an ask node needs intents or slots")
-        if self.slots and self.next is None:
-            raise ValueError("an ask node with slots needs next (where to go once they are filled)")
+        problems = ask_rules(self.intents, self.slots, self.next)
+        if problems:
+            raise ValueError(problems[0])
         return self
 
 
@@ -920,9 +929,10 @@ def _validate(path: Path) -> tuple[Flow, LocatedYaml, list[str]]:
             except ValidationError as exc:
                 found = validation_problems(doc, exc, ("nodes", name))
                 # the node's own rules run only once its fields are right: say them now as well
-                if isinstance(raw, dict) and raw.get("type") == "ask" and not raw.get("intents") \
-                        and not raw.get("slots") and not any("needs intents or slots" in f for f in found):
-                    found.append(f"{doc.where(('nodes', name))}: nodes.{name}: an ask node needs intents or slots")
+                if isinstance(raw, dict) and raw.get("type") == "ask":
+                    for rule in ask_rules(raw.get("intents"), raw.get("slots"), raw.get("next")):
+                        if not any(rule in f for f in found):
+                            found.append(f"{doc.where(('nodes', name))}: nodes.{name}: {rule}")
                 shape += found
                 good[name] = HangupNode(type="hangup")
         data["nodes"] = good
