@@ -58,6 +58,7 @@ def cmd_simulate(args) -> int:
 def cmd_say(args) -> int:
     from pydantic import ValidationError
 
+    from callcenter.audio.stage import Moment
     from callcenter.audio.wavfile import write_wav
     from callcenter.voice.ambience import Ambience
     from callcenter.voice.settings import DEFAULT_VOICE, VoiceSettings, ambience_settings
@@ -71,7 +72,7 @@ def cmd_say(args) -> int:
     tts = make_tts(settings)
 
     async def render() -> bytes:
-        return b"".join([ambience.process(f.pcm) async for f in tts.stream(args.text)])
+        return b"".join([ambience.process(f, Moment()).pcm async for f in tts.stream(args.text)])
 
     if not args.text.strip():
         raise CliError("nothing to say: the text is empty")

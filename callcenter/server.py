@@ -34,6 +34,7 @@ log = structlog.get_logger()
 
 MEDIA_STALL_S = 5.0  # a live call whose transport asked for no frame this long is hung up
 ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
+MEDIA_UP_S = 2.0  # a warm transfer's person whose audio is not connected this long after answering fails it
 
 
 def new_call_id(transport: str) -> str:
@@ -123,10 +124,8 @@ class LiveCall:
             leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
             async with asyncio.timeout(ring_s):
                 await asyncio.shield(leg.confirmed)
-            for _ in range(100):  # media comes up just after the 200 OK
-                if leg.call.port is not None:
-                    break
-                await asyncio.sleep(0.02)
+            async with asyncio.timeout(MEDIA_UP_S):  # media comes up just after the 200 OK
+                await asyncio.shield(leg.media)
             if summary:
                 await speak(leg.bridge, summary)
             if leg.ended.done():
@@ -290,6 +289,7 @@ class ConsultLeg:
         self.recorder = StereoRecorder(unique_path(base.with_name(base.stem + "-transfer.wav")))
         self.bridge = MediaBridge(loop, self.recorder)
         self.confirmed: asyncio.Future = loop.create_future()
+        self.media: asyncio.Future = loop.create_future()  # the person's audio is connected
         self.ended: asyncio.Future = loop.create_future()
         self.call: SipCall | None = None
         self._drain = asyncio.create_task(self._discard_frames())
@@ -308,6 +308,10 @@ class ConsultLeg:
     def on_confirmed(self) -> None:
         if not self.confirmed.done():
             self.confirmed.set_result(True)
+
+    def on_media(self) -> None:
+        if not self.media.done():
+            self.media.set_result(True)
 
     def on_disconnected(self, code: int, reason: str) -> None:
         if not self.confirmed.done():

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
+from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
+from callcenter.audio.stage import Moment
 from callcenter.voice.ambience import Ambience
 from callcenter.voice.settings import AmbienceSettings, ambience_settings
 
@@ -15,7 +16,8 @@ def _db(x: np.ndarray) -> float:
 
 
 def _run(amb: Ambience, pcm: bytes) -> np.ndarray:
-    out = b"".join(amb.process(pcm[i:i + FRAME_BYTES]) for i in range(0, len(pcm), FRAME_BYTES))
+    out = b"".join(amb.process(AudioFrame(pcm[i:i + FRAME_BYTES]), Moment()).pcm
+                    for i in range(0, len(pcm), FRAME_BYTES))
     return np.frombuffer(out, dtype="<i2")
 
 
@@ -28,7 +30,7 @@ def test_clean_is_a_pass_through():
     amb = Ambience(ambience_settings("clean"))
     assert not amb.enabled
     pcm = _tone(0.1)
-    assert amb.process(pcm[:FRAME_BYTES]) == pcm[:FRAME_BYTES]
+    assert amb.process(AudioFrame(pcm[:FRAME_BYTES]), Moment()).pcm == pcm[:FRAME_BYTES]
     assert not Ambience(AmbienceSettings(preset="callcenter", enabled=False)).enabled
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from callcenter.audio.frames import SAMPLE_RATE, frames_from_pcm
+from callcenter.audio.stage import Moment
 from callcenter.hearing.denoise import Denoiser
 
 rng = np.random.default_rng(0)
@@ -13,7 +14,7 @@ rng = np.random.default_rng(0)
 
 def _run(pcm: bytes) -> tuple[np.ndarray, Denoiser]:
     d = Denoiser()
-    out = b"".join(d.process(f).pcm for f in frames_from_pcm(pcm))
+    out = b"".join(d.process(f, Moment()).pcm for f in frames_from_pcm(pcm))
     return np.frombuffer(out, "<i2").astype(float)[int(d.LATENCY_MS * SAMPLE_RATE / 1000):], d
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from callcenter.audio import g711
 from callcenter.audio.frames import float_to_pcm, frames_from_pcm
+from callcenter.audio.stage import Moment
 from callcenter.call.caller import speak
 from callcenter.hearing.dtmf import KEYS, InbandDtmf, dtmf_tone
 
@@ -14,7 +15,7 @@ ALL_KEYS = "".join(KEYS)
 
 def detect(x: np.ndarray) -> str:
     d = InbandDtmf()
-    return "".join(k for f in frames_from_pcm(float_to_pcm(x)) for k in d.process(f))
+    return "".join(k for f in frames_from_pcm(float_to_pcm(x)) for k in d.process(f, Moment()))
 
 
 def line(x: np.ndarray, noise_dbfs: float = -45.0, seed: int = 0) -> np.ndarray:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from callcenter.audio.frames import AudioFrame, float_to_pcm
+from callcenter.audio.stage import Moment
 from callcenter.text.digits import digit_runs, spoken_digits
 from callcenter.hearing.echo import EchoCanceller
 from callcenter.hearing.front import HearingConfig
@@ -73,7 +74,7 @@ def test_echo_is_cancelled_and_the_caller_kept(prompt_audio):
         sent = agent[i:i + 160]
         m = echo.frame(sent) + line[i:i + 160]
         mic.append(m)
-        out.append(ec.process(AudioFrame(float_to_pcm(m)), float_to_pcm(sent)).as_float())
+        out.append(ec.process(AudioFrame(float_to_pcm(m)), Moment(played=AudioFrame(float_to_pcm(sent)))).as_float())
     mic, out = np.concatenate(mic), np.concatenate(out)
 
     def db(x):

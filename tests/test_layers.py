@@ -103,3 +103,29 @@ def test_flows_check_and_the_console_stay_light():
     assert not HEAVY & check, f"flows check loads {sorted(HEAVY & check)}"
     console = _loaded_by("import callcenter.supervisor.tui")
     assert not (HEAVY | {"numpy"}) & console, f"the console loads {sorted((HEAVY | {'numpy'}) & console)}"
+
+
+NOT_FRAME_STAGES = {"callcenter.audio.resample:Resampler",  # 48 kHz arrays inside a transport, before frames
+                    "callcenter.audio.stage:FrameStage"}  # the contract itself
+
+
+def test_every_per_frame_stage_keeps_the_one_contract():
+    """`process(self, frame: AudioFrame, at: Moment)` on every stage in `audio.stage.STAGES`, and no
+    other `process` method in the product (read from the source: nothing is imported)."""
+    from callcenter.audio.stage import STAGES
+
+    found = {}
+    for path, module in modules():
+        if unit_of(module) == "lab":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "process":
+                        found[f"{module}:{node.name}"] = item
+    assert set(found) - NOT_FRAME_STAGES == set(STAGES), "list every per-frame stage in audio/stage.py STAGES"
+    for name in [*STAGES, "callcenter.audio.stage:FrameStage"]:
+        args = found[name].args
+        signature = [(a.arg, ast.unparse(a.annotation) if a.annotation else None) for a in args.args]
+        assert signature == [("self", None), ("frame", "AudioFrame"), ("at", "Moment")], f"{name}: {signature}"
+        assert not args.defaults and not args.kwonlyargs and not args.vararg and not args.kwarg, name

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from callcenter.audio.frames import FRAME_BYTES, AudioFrame
+from callcenter.audio.stage import Moment
 from callcenter.call.recording import StereoRecorder
 from callcenter.voice.ambience import Ambience
 
@@ -38,7 +39,7 @@ class LineFrame:
     """One tick of the line as the caller side hears it: their frame and what the agent sent."""
 
     caller: AudioFrame
-    reference: bytes  # the agent's frame of the same tick (after ambience): what may echo back
+    played: AudioFrame  # the agent's frame of the same tick (after ambience): what may echo back
 
 
 @dataclass
@@ -163,7 +164,7 @@ class MediaBridge:
             self.recorder.write(SILENCE_PCM, self._pending_agent)  # the caller sent nothing last tick
         pcm = item.pcm if item else SILENCE_PCM
         if self.ambience is not None:
-            pcm = self.ambience.process(pcm)
+            pcm = self.ambience.process(AudioFrame(pcm), Moment(self.clock())).pcm
         self._pending_agent = SILENCE_PCM if item is not None and item.private else pcm
         self._references.append(pcm)
         if item is not None:
@@ -189,7 +190,7 @@ class MediaBridge:
         relay = self._relay
         if relay is not None and not relay.closed:
             relay._play_relayed(pcm)
-        self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, LineFrame(AudioFrame(pcm), reference))
+        self._loop.call_soon_threadsafe(self.caller_frames.put_nowait, LineFrame(AudioFrame(pcm), AudioFrame(reference)))
 
     def close(self) -> None:
         self.closed = True

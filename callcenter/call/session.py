@@ -22,6 +22,7 @@ from typing import Protocol
 import structlog
 
 from callcenter.audio.frames import SAMPLE_RATE, frames_from_pcm
+from callcenter.audio.stage import Moment
 from callcenter.call import events as ev
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
@@ -307,7 +308,7 @@ class CallSession:
             if self._voicemail is not None:
                 self._voicemail.add(line.caller.pcm)
             talking = self.agent_speaking and not self.dialog.finished
-            for outcome in self.listener.frame(line.caller, line.reference, now, talking):
+            for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=talking)):
                 self._carry_out(outcome, now)
 
     def _carry_out(self, event: Outcome, now: float) -> None:

@@ -20,6 +20,7 @@ import collections
 import numpy as np
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
+from callcenter.audio.stage import Moment
 
 WIN = 320                       # 40 ms
 HOP = 80                        # 10 ms: two hops per 20 ms frame
@@ -50,7 +51,7 @@ def smoothing_filter(n_grad_freq: int, n_grad_time: int) -> np.ndarray:
     return kernel / np.sum(kernel)
 
 class Denoiser:
-    """One call's streaming noise gate: `process(frame)` -> the frame `LATENCY_MS` ago, denoised."""
+    """One call's streaming noise gate: `process(frame, at)` -> the frame `LATENCY_MS` ago, denoised."""
 
     LATENCY_MS = (WIN - HOP + LOOKAHEAD_HOPS * HOP) * 1000 // SAMPLE_RATE
 
@@ -74,7 +75,7 @@ class Denoiser:
         self.noise_level = DB_FLOOR
         self.hops = 0
 
-    def process(self, frame: AudioFrame) -> AudioFrame:
+    def process(self, frame: AudioFrame, at: Moment) -> AudioFrame:
         x = np.frombuffer(frame.pcm, dtype="<i2").astype(np.float64) / 32768
         out = np.concatenate([self._hop(x[i:i + HOP]) for i in range(0, FRAME_SAMPLES, HOP)])
         return AudioFrame((np.clip(out, -1, 1) * 32767).astype("<i2").tobytes())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from callcenter.audio.frames import SAMPLE_RATE, AudioFrame
+from callcenter.audio.stage import Moment
 
 ROWS = (697.0, 770.0, 852.0, 941.0)
 COLS = (1209.0, 1336.0, 1477.0, 1633.0)
@@ -38,7 +39,7 @@ def _basis(freqs: tuple[float, ...]) -> np.ndarray:
 
 
 class InbandDtmf:
-    """One call's in-band DTMF detector: `process(frame)` returns the keys that went down in it."""
+    """One call's in-band DTMF detector: `process(frame, at)` returns the keys that went down in it."""
 
     def __init__(self) -> None:
         self.window = np.hamming(WINDOW)
@@ -58,7 +59,7 @@ class InbandDtmf:
         """A keypad tone is sounding (the last window held one, or a reported key is still down)."""
         return self.candidate is not None or self.reported is not None
 
-    def process(self, frame: AudioFrame) -> list[str]:
+    def process(self, frame: AudioFrame, at: Moment) -> list[str]:
         self.buffer = np.concatenate([self.buffer, frame.as_float().astype(np.float64)])
         keys = []
         while len(self.buffer) >= WINDOW:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, AudioFrame, pcm_to_float
+from callcenter.audio.stage import Moment
 
 TAIL_MS = 320                         # echo path covered: bulk delay plus the echo's own tail
 PARTITIONS = TAIL_MS // FRAME_MS
@@ -71,11 +72,13 @@ class EchoCanceller:
         self._ring[self._head + PARTITIONS] = spectrum
         self.ref_spectra = self._ring[self._head:self._head + PARTITIONS]
 
-    def process(self, caller: AudioFrame, reference: bytes | None, learn: bool = True) -> AudioFrame:
-        """The caller's frame with the echo of the agent's recent frames removed. `learn=False` while
-        turn-taking hears the caller: double talk the level test (Geigel) can miss."""
+    def process(self, frame: AudioFrame, at: Moment) -> AudioFrame:
+        """The caller's frame with the echo of the agent's recent frames (`at.played`) removed. It
+        does not adapt while turn-taking hears the caller (`at.caller_talking`): double talk the
+        level test (Geigel) can miss."""
+        caller, learn = frame, not at.caller_talking
         mic = pcm_to_float(caller.pcm)
-        ref = pcm_to_float(reference) if reference else np.zeros(FRAME_SAMPLES)
+        ref = pcm_to_float(at.played.pcm) if at.played is not None else np.zeros(FRAME_SAMPLES)
         block = np.concatenate([self.previous_ref, ref])
         self.previous_ref = ref
         self._push_reference(np.fft.rfft(block))

@@ -9,9 +9,10 @@ clean and µ-law lines (6.3 % vs 6.8-8.6 %) and worse in babble (46 % vs 42 % at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from callcenter.audio.frames import AudioFrame
+from callcenter.audio.stage import Moment
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.echo import EchoCanceller
 from callcenter.hearing.turns import TurnConfig
@@ -26,8 +27,9 @@ class HearingConfig:
 
 
 class LineFront:
-    """One call's front end: `process(caller, reference)` -> (frame for the recognizer, frame for VAD);
-    `echo_floor` is the power of the agent's echo that may remain in them."""
+    """One call's front end: `process(frame, at)` -> (the frame for the recognizer, `at` with what the
+    front learnt: `echo_floor`, the power of the agent's echo that may remain, and `decide_on`, the
+    gated line when speech decisions hear the noise gate)."""
 
     def __init__(self, config: HearingConfig | None = None):
         self.config = config or HearingConfig()
@@ -36,11 +38,10 @@ class LineFront:
         self.denoiser = Denoiser() if need_gate else None
         self.echo_floor = 0.0
 
-    def process(self, caller: AudioFrame, reference: bytes | None,
-                caller_talking: bool = False) -> tuple[AudioFrame, AudioFrame | None]:
-        frame = self.echo.process(caller, reference, learn=not caller_talking) if self.echo else caller
+    def process(self, frame: AudioFrame, at: Moment) -> tuple[AudioFrame, Moment]:
+        frame = self.echo.process(frame, at) if self.echo else frame
         self.echo_floor = self.echo.echo_floor if self.echo else 0.0
-        gated = self.denoiser.process(frame) if self.denoiser else None
+        gated = self.denoiser.process(frame, at) if self.denoiser else None
         stt = gated if self.config.denoise_stt and gated is not None else frame
         vad = gated if self.config.denoise_vad else None
-        return stt, vad
+        return stt, replace(at, echo_floor=self.echo_floor, decide_on=vad)

@@ -19,9 +19,10 @@ Outcomes, in the order they happened within a frame:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from callcenter.audio.frames import AudioFrame, silence
+from callcenter.audio.stage import Moment
 from callcenter.hearing.dtmf import InbandDtmf
 from callcenter.hearing.front import HearingConfig, LineFront
 from callcenter.hearing.turns import Ended, Event, Expectation, Pause, Turn, TurnDetector
@@ -68,18 +69,19 @@ class Listener:
         return self.turns.floor_db
 
     # ---------------------------------------------------------------- inputs
-    def frame(self, caller: AudioFrame, reference: bytes | None, now: float, agent_talking: bool) -> list[Outcome]:
-        """One 20 ms line frame: what the caller sent and what the agent sent in the same tick."""
+    def process(self, frame: AudioFrame, at: Moment) -> list[Outcome]:
+        """One 20 ms line frame: what the caller sent; `at.played` is what the agent sent in the same
+        tick, `at.agent_talking` whether its voice is on the line."""
         out: list[Outcome] = []
-        for digit in self.keypad.process(caller):
-            key = self.key(digit, "inband", now)
+        for digit in self.keypad.process(frame, at):
+            key = self.key(digit, "inband", at.t)
             if key is not None:
                 out.append(key)
         if self.keypad.tone_on:  # a keypad tone is not caller speech
-            caller = silence()
-        stt_frame, vad_frame = self.front.process(caller, reference, self.turns.in_speech)
-        out += self._new(self.turns.process(stt_frame, now, agent_talking, vad_frame=vad_frame,
-                                            echo_floor=self.front.echo_floor))
+            frame = silence()
+        at = replace(at, caller_talking=self.turns.in_speech)
+        stt_frame, at = self.front.process(frame, at)
+        out += self._new(self.turns.process(stt_frame, at))
         return out
 
     def decoded(self, turn_id: int, key: int, text: str, confidence: float) -> list[Outcome]:

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, AudioFrame
+from callcenter.audio.stage import Moment
 from callcenter.text.digits import spoken_digits
 from callcenter.text.expecting import Expecting
 from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
@@ -289,13 +290,13 @@ class TurnDetector:
             return [BargeIn(self._start_t, "speech")]
         return []
 
-    def process(self, frame: AudioFrame, t: float, agent_talking: bool = False,
-                vad_frame: AudioFrame | None = None, echo_floor: float = 0.0) -> list[Event]:
+    def process(self, frame: AudioFrame, at: Moment) -> list[Event]:
         """`frame` is what the turn keeps (and the recognizer hears); the speech decisions are made on
-        `vad_frame` when given (the noise gate's output). `echo_floor`: power of the agent's echo
-        that may be left in the frame; only caller sound above it counts."""
+        `at.decide_on` when given (the noise gate's output). `at.echo_floor`: power of the agent's
+        echo that may be left in the frame; only caller sound above it counts."""
+        t, agent_talking, echo_floor = at.t, at.agent_talking, at.echo_floor
         out: list[Event] = []
-        x = (vad_frame or frame).as_float()
+        x = (at.decide_on or frame).as_float()
         probs = self.vad.feed(x)
         self._window_energy.append(float(np.mean(x * x)))
         self._window_echo = max(self._window_echo, echo_floor)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame, float_to_pcm
+from callcenter.audio.stage import Moment
 from callcenter.call.caller import EchoPath
 from callcenter.hearing.front import HearingConfig
 from callcenter.hearing.listener import Listener
@@ -78,8 +79,8 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
         x = line[tick * FRAME_SAMPLES:(tick + 1) * FRAME_SAMPLES]
         if echo is not None:
             x = x + echo.frame(sent)
-        reference = float_to_pcm(sent)
-        events = listener.frame(AudioFrame(float_to_pcm(x)), reference, t, agent_talking=bool(queue))
+        played = AudioFrame(float_to_pcm(sent))
+        events = listener.process(AudioFrame(float_to_pcm(x)), Moment(t, played, agent_talking=bool(queue)))
         for ready, request, result in [p for p in pending if p[0] <= t]:
             pending.remove((ready, request, result))
             out.partials.append((ready, result.text, round(result.confidence, 2)))

@@ -228,7 +228,7 @@ class SipCall(pj.Call):
     def __init__(self, endpoint: "SipEndpoint", account, call_index: int = pj.PJSUA_INVALID_ID):
         super().__init__(account, call_index)
         self.endpoint = endpoint
-        self.listener = None  # set by the server: on_confirmed, on_disconnected, on_dtmf, on_transfer_status
+        self.listener = None  # set by the server: on_confirmed, on_media, on_disconnected, on_dtmf, on_transfer_status
         self.bridge = None
         self.port: _BridgePort | None = None
         self.info: CallInfo | None = None
@@ -275,6 +275,7 @@ class SipCall(pj.Call):
         audio.startTransmit(port)
         port.startTransmit(audio)
         self.port = port
+        self._notify("on_media")
 
     def _disconnect_media(self) -> None:
         """The call is gone: its port goes quiet now and back to the endpoint's pool."""

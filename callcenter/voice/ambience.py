@@ -19,7 +19,8 @@ import functools
 import numpy as np
 from scipy import signal
 
-from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE
+from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
+from callcenter.audio.stage import Moment
 from callcenter.audio.g711 import ulaw_roundtrip
 from callcenter.voice.settings import AmbienceSettings
 
@@ -144,9 +145,10 @@ class Ambience:
             self.band_zi[:] = 0.0
         return x
 
-    def process(self, pcm: bytes) -> bytes:
+    def process(self, frame: AudioFrame, at: Moment) -> AudioFrame:
         if not self.enabled:
-            return pcm
+            return frame
+        pcm = frame.pcm
         v = self.v
         x = np.frombuffer(pcm, dtype="<i2").astype(np.float64) / 32768
         silent = not x.any()
@@ -166,4 +168,4 @@ class Ambience:
         out = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
         if v["mulaw"]:
             out = ulaw_roundtrip(out)
-        return out
+        return AudioFrame(out)

@@ -29,6 +29,7 @@ import numpy as np
 import structlog
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm, frames_from_pcm, pcm_to_float
+from callcenter.audio.stage import Moment
 from callcenter.audio.wavfile import read_wav
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.vad import VAD_WINDOW_SAMPLES, SileroVad
@@ -55,7 +56,7 @@ def _front_end(pcm: bytes, denoise: bool) -> tuple[bytes, float]:
     gate = Denoiser()
     frames = list(frames_from_pcm(pcm)) + list(frames_from_pcm(bytes(int(gate.LATENCY_MS * 16) + 320)))
     started = time.perf_counter()
-    out = b"".join(gate.process(f).pcm for f in frames)
+    out = b"".join(gate.process(f, Moment()).pcm for f in frames)
     cost = (time.perf_counter() - started) * 1000 / len(frames)
     skip = int(gate.LATENCY_MS * SAMPLE_RATE / 1000) * 2
     return out[skip:skip + len(pcm)], cost
