@@ -98,6 +98,36 @@ def cmd_voice_list(args) -> int:
     return 0
 
 
+def cmd_stt_build(args) -> int:
+    from callcenter.hearing.whisper_weights import patch_path, telephone_model_dir
+
+    out = telephone_model_dir()
+    if out is None:
+        raise CliError(f"no telephone patch at {patch_path()}: train one with `callcenter stt train`")
+    print(f"telephone-tuned Whisper tiny.en in {out}")
+    return 0
+
+
+def cmd_stt_train(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise CliError(f"training needs the training extra: pip install -e '.[train]' ({exc})") from None
+    from callcenter.lab.stt_train import export, synthesize, train
+
+    work = Path(args.work)
+    corpus = work / "corpus.npz"
+    if not corpus.exists():
+        print(f"speaking {args.utterances} training utterances into {corpus}")
+        synthesize(corpus, args.utterances, seed=args.seed)
+    ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+                 minutes=args.minutes)
+    out = export(ckpt, Path(args.out) if args.out else None,
+                 {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed})
+    print(f"telephone patch written to {out}")
+    return 0
+
+
 def cmd_voice_train(args) -> int:
     try:
         from callcenter.voice.train import parse_voices, train
@@ -305,7 +335,8 @@ def cmd_bench_stt(args) -> int:
         from callcenter.hearing.front import HearingConfig
 
         config = HearingConfig(denoise_vad=args.vad_input == "denoised", denoise_stt=args.stt_input == "denoised")
-        report = run_stt_bench(Path(args.json), args.limit, args.stt_model, parts=parts, config=config)
+        report = run_stt_bench(Path(args.json), args.limit, args.stt_model, parts=parts, config=config,
+                               compare=tuple(args.compare))
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
     print(json.dumps({k: v for k, v in report.items() if k != "eval_dir"}, indent=2))
@@ -387,6 +418,22 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--decoder-layers", type=int, default=None, help="SSM blocks (default 8)")
     v.set_defaults(fn=cmd_voice_train)
 
+    s = sub.add_parser("stt", help="the recognizer: build the telephone-tuned model, or train it")
+    ssub = s.add_subparsers(dest="stt_cmd", required=True)
+    v = ssub.add_parser("build", help="build the telephone-tuned model from the stock weights and the patch")
+    v.set_defaults(fn=cmd_stt_build)
+    v = ssub.add_parser("train", help="made-here speech on made-here phone lines -> tuned encoder -> patch "
+                                      "(resumable)")
+    v.add_argument("--work", default="build/stt", help="training speech and checkpoints")
+    v.add_argument("--utterances", type=int, default=8000)
+    v.add_argument("--steps", type=int, default=1500)
+    v.add_argument("--batch", type=int, default=8)
+    v.add_argument("--lr", type=float, default=3e-5)
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--minutes", type=float, default=None, help="stop (resumably) after this long")
+    v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
+    v.set_defaults(fn=cmd_stt_train)
+
     s = sub.add_parser("transcribe", help="speech to text for WAV files")
     s.add_argument("wav", nargs="+")
     s.add_argument("--stt-model", default=None)
@@ -465,12 +512,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = b.add_parser("stt", help="hearing on bad lines: WER raw and noise-gated, end-of-speech latency, "
                                  "barge-in (echo, babble, backchannels), digit strings")
     s.add_argument("--limit", type=int, default=None, help="utterances per condition / turns per section")
-    s.add_argument("--parts", default="wer,latency,bargein,digits", help="sections to run (comma-separated)")
+    s.add_argument("--parts", default="wer,latency,bargein,digits,real", help="sections to run (comma-separated)")
     s.add_argument("--vad-input", choices=["raw", "denoised"], default="raw",
                    help="what turn-taking decides on in the latency and barge-in parts (default: raw)")
     s.add_argument("--stt-input", choices=["raw", "denoised"], default="raw",
                    help="what the recognizer hears in the latency and barge-in parts (default: raw)")
-    s.add_argument("--stt-model", default=None)
+    s.add_argument("--stt-model", default=None,
+                   help="telephone (default: tiny.en with the tuned encoder), stock, or a model directory")
+    s.add_argument("--compare", action="append", default=[],
+                   help="another faster-whisper model directory measured beside ours in the real part (Whisper base)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_stt)
     s = b.add_parser("nlu", help="offline intent matching on callers' own words: right / wrong intent / no match")

@@ -26,11 +26,11 @@ class BrokenStt:
         self.real, self.mode = real, mode
         self.release = threading.Event()
 
-    def transcribe_pcm(self, pcm, rate=8000, hint=None):
+    def transcribe_pcm(self, pcm, rate=8000, hint=None, grammar=None):
         if self.mode == "raise":
             raise RuntimeError("recognizer crashed")
         self.release.wait(20)
-        return self.real.transcribe_pcm(pcm, rate, hint)
+        return self.real.transcribe_pcm(pcm, rate, hint, grammar)
 
 
 class BrokenTts:

@@ -3,6 +3,8 @@
 The lines are made here (this project's voices for the agent, flite for callers, echo through a
 µ-law path) and run through the same stages a call uses (`replay`), decodes included."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from callcenter.call.caller import EchoPath, speak
 from callcenter.lab.linesim import active_rms, babble, noise_at, place
 from callcenter.lab.replay import replay
 from callcenter.hearing.stt import drop_repeats
-from callcenter.hearing.turns import (BargeIn, Ended, Expectation, Resume, Started, TurnConfig,
+from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Resume, Started, TurnConfig,
                                      is_backchannel)
 
 PROMPT = ("Thank you for calling Example Telecom. How can I help you today? You can say billing or press "
@@ -125,7 +127,7 @@ def _digit_groups(pause_s):
 
 def test_a_caller_reading_digits_is_not_cut_off(stt):
     line = _digit_groups(pause_s=1.2)
-    digits = Expectation("digits", 700, digits_min=7, digits_max=7, hint="My number is 4729183.")
+    digits = Expectation("digits", 700, digits_min=7, digits_max=7)
     r = replay(stt, line, expect=digits)
     assert len(r.finals) == 1 and spoken_digits(r.finals[0].text) == "4729183"
     # the same pause ends the turn after the first group where the node's silence alone decides
@@ -142,6 +144,19 @@ def test_a_recognised_answer_ends_the_turn_early(stt):
     assert quick.finals and slow.finals
     assert quick.finals[0].ended_t - end_of_speech < 0.6
     assert slow.finals[0].ended_t - end_of_speech > 0.9  # the node's 1.2 s, counted from the last loud window
+
+
+def test_a_short_answer_the_recognizer_read_is_never_dropped(stt):
+    """A "yes" with less voiced speech than a turn needs is kept when the recognizer read an answer
+    the node expects; the same sound where no answer is expected is still a blip."""
+    line = np.concatenate([np.zeros(4000), caller("Yes."), np.zeros(4000)])
+    strict = HearingConfig(turns=TurnConfig(min_speech_ms=600))  # longer than this "yes" is voiced
+    yes_no = Expectation("yes_no", 700, answers=lambda t: "yes" in t.lower())
+    kept = replay(stt, line, expect=yes_no, config=strict)
+    assert [f.text.strip(" .").lower() for f in kept.finals] == ["yes"]
+    dropped = replay(stt, line, expect=Expectation("speech", 700), config=strict)
+    assert not dropped.finals
+    assert [e.reason for _, e in dropped.of(Discarded)] == ["too short"]
 
 
 def test_events_arrive_in_order(stt):
@@ -164,3 +179,47 @@ def test_the_noise_floor_percentile_is_numpys_over_the_window():
             rolling.add(level)
             window.append(level)
             assert rolling.value() == pytest.approx(np.percentile(window, q), abs=1e-9)
+
+
+# ---------------------------------------------------------------- grammar per node
+def test_a_digits_node_hears_digits_and_still_hears_words(stt):
+    digits = Expectation("digits", 700, digits_min=4, digits_max=8)
+    said = stt.transcribe(caller("four seven two nine one eight").astype(np.float32), grammar=digits).text
+    assert re.fullmatch(r"[\s0-9,.\-]+", said) and spoken_digits(said) == "472918"
+    # a caller who asks for a person on a digits node is heard in words, not forced into digits
+    said = stt.transcribe(caller("I want to speak to an operator.").astype(np.float32), grammar=digits).text
+    assert "operator" in said.lower()
+
+
+def test_a_node_with_answers_takes_the_reading_that_answers_it(stt, monkeypatch):
+    """Of the n-best readings, one that answers the node wins over a slightly likelier one that
+    does not; a reading far less likely does not."""
+    import callcenter.hearing.stt as stt_module
+
+    audio = caller("Billing, please.").astype(np.float32)
+    readings, _ = stt._generate(*_encoded(stt, audio), stt.suppress, stt_module.NBEST)
+    assert len(readings) == stt_module.NBEST
+    free = readings[0][0]
+    assert stt.transcribe(audio, grammar=Expectation("speech", 700, answers=lambda t: False)).text == free
+    second, second_lp = readings[1]
+    menu = Expectation("speech", 700, answers=lambda t: t.strip() == second)
+    monkeypatch.setattr(stt_module, "NBEST_MARGIN", readings[0][1] - second_lp + 0.01)
+    assert stt.transcribe(audio, grammar=menu).text == second
+    monkeypatch.setattr(stt_module, "NBEST_MARGIN", readings[0][1] - second_lp - 0.01)
+    assert stt.transcribe(audio, grammar=menu).text == free
+
+
+def _encoded(stt, audio):
+    import ctranslate2
+    import soxr
+
+    from callcenter.hearing.stt import HOP_SAMPLES, PAD_SECONDS
+
+    x = soxr.resample(audio, 8000, 16000).astype(np.float32)
+    frames = int(np.ceil((len(x) / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100
+    x = np.pad(x, (0, frames * HOP_SAMPLES - len(x)))
+    features = stt.whisper.feature_extractor(x, padding=0)[:, :frames]
+    encoded = stt.whisper.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
+                                       to_cpu=False)
+    budget = min(120, int(len(audio) / 8000 * 7) + 8)
+    return encoded, stt._prompt(None), budget

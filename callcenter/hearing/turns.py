@@ -58,12 +58,12 @@ class Expectation:
     digits_min: int = 0
     digits_max: int = 0
     answers: Callable[[str], bool] | None = None  # does this text already answer the node?
-    hint: str | None = None  # recognizer bias for this node
 
     def complete(self, text: str) -> bool:
         if self.kind == Expecting.DIGITS:
+            # more digits than the node takes is a misheard (often looping) partial, not an answer
             n = len(spoken_digits(text))
-            return n >= max(1, self.digits_max or self.digits_min)
+            return max(1, self.digits_max or self.digits_min) <= n <= (self.digits_max or n)
         return bool(self.answers and self.answers(text))
 
     def unfinished(self, text: str) -> bool:
@@ -396,7 +396,9 @@ class TurnDetector:
         turn_id, last_voiced = self.turn_id, self._last_voiced
         over_agent, confirmed, silence = self._over_agent, self._confirmed, self._silence_ms
         self._reset_turn()
-        if voiced < cfg.min_speech_ms:
+        if voiced < cfg.min_speech_ms and not (heard is not None and self.expect.complete(heard.text)):
+            # short and not an answer the recognizer read: a blip. A short answer ("yes", "two")
+            # is kept however little of it was voiced
             return self._discard(t, "too short", over_agent and not confirmed, voiced)
         if over_agent and not confirmed:
             reason = self._not_an_interruption(heard.text) if heard is not None else "noise"

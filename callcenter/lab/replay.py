@@ -66,7 +66,7 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
     cpu0 = time.process_time()
 
     def decode(pcm: bytes, t: float):
-        result = stt.transcribe_pcm(pcm, SAMPLE_RATE, listener.expect.hint)
+        result = stt.transcribe_pcm(pcm, SAMPLE_RATE, None, listener.expect)
         out.decodes += 1
         return t + result.seconds, result
 

