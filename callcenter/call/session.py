@@ -32,6 +32,7 @@ from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say,
 from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
+from callcenter.hearing.decoding import ENDED, PARTIAL, PAUSED, Decode, decode_executor
 from callcenter.hearing.front import HearingConfig
 from callcenter.hearing.listener import Key, Listener, Outcome
 from callcenter.hearing.stt import WhisperStt
@@ -131,6 +132,7 @@ class CallSession:
         self.control = control
         self.events = events
         self.stt = stt
+        self._decoder = decode_executor(stt)  # shared by every call on this recognizer: ended turns first
         self.tts = tts
         self._backup_tts = backup_tts
         self.in_trouble = False  # a stage failed: the caller is being told and transferred or let go
@@ -347,7 +349,8 @@ class CallSession:
         key = (pause.turn_id, pause.key)
         loop = asyncio.get_running_loop()
         expect = self.listener.expect
-        future = loop.run_in_executor(None, self.stt.transcribe_pcm, pause.pcm, SAMPLE_RATE, None, expect)
+        future = loop.run_in_executor(self._decoder, Decode(PARTIAL if pause.partial else PAUSED, self.stt.transcribe_pcm),
+                                      pause.pcm, SAMPLE_RATE, None, expect)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -375,8 +378,11 @@ class CallSession:
                 else:
                     expect = self.listener.expect
                     decode = asyncio.get_running_loop().run_in_executor(
-                        None, self.stt.transcribe_pcm, turn.pcm, SAMPLE_RATE, None, expect)
+                        self._decoder, Decode(ENDED, self.stt.transcribe_pcm), turn.pcm, SAMPLE_RATE, None, expect)
                     how = "after end"
+                for key, other in list(self._decodes.items()):  # looks at the turn that no one needs now
+                    if key[0] == turn.turn_id and other is not decode and not other.done():
+                        other.cancel()
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
             self.events.emit(ev.STT_FINAL, text=self._shown(text, private), confidence=round(conf, 3),

@@ -155,6 +155,7 @@ class WhisperStt:
         from faster_whisper.transcribe import get_suppressed_tokens
 
         self.model_dir = resolve_model_dir(model_dir)
+        self.workers = workers  # decodes the model runs at once
         self.whisper = _load(self.model_dir, workers)
         self.beam_size = beam_size
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
