@@ -109,10 +109,10 @@ def cmd_stt_build(args) -> int:
 
 
 def cmd_stt_train(args) -> int:
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise CliError(f"training needs the training extra: pip install -e '.[train]' ({exc})") from None
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise CliError("training needs the training extra: pip install -e '.[train]' (no torch)")
     from callcenter.lab.stt_train import export, synthesize, train
 
     work = Path(args.work)

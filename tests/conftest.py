@@ -44,12 +44,6 @@ def wait_for(predicate, timeout: float) -> bool:
 CONTROL_TOKEN = "test-control-token-0c1"
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def scrape(agent) -> dict[str, dict[tuple, float]]:
     """GET /metrics as Prometheus would, parsed by prometheus_client's own parser: metric name →
     {sorted label items: value} (histograms as name_bucket, name_count, name_sum)."""

@@ -3,7 +3,6 @@ file as its microphone. The call connects, the agent's greeting arrives as decod
 keypad reaches the flow (over the data channel), hang-up ends the call on the agent. A screenshot of
 the page in the call is kept in tests/artifacts/."""
 
-import shutil
 import time
 from pathlib import Path
 

@@ -4,7 +4,6 @@
 import asyncio
 import re
 import shutil
-import time
 
 import aiohttp
 import pytest

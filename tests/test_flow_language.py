@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from callcenter.dialog.engine import (Dialog, Fetch, FlowError, Hangup, Listen, LlmReply, Record, Say, Think,
+from callcenter.dialog.engine import (Dialog, Fetch, FlowError, Listen, LlmReply, Record, Say, Think,
                                       Transfer)
 from callcenter.dialog.expr import ExprError, parse_expr, render, template_names
 from callcenter.dialog.flow import flow_schema, load_flow

@@ -7,7 +7,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import time
 import urllib.request
 
 import numpy as np
@@ -15,7 +14,6 @@ import pytest
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.resample import Resampler
-from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
 from callcenter.lab.agent_process import AgentProcess
 from callcenter.lab.softphone import caller_audio
