@@ -48,3 +48,16 @@ def test_calls_sharing_a_recognizer_share_its_queue():
     one, other = Stt(), Stt()
     assert decode_executor(one) is decode_executor(one)
     assert decode_executor(one) is not decode_executor(other)
+
+
+def test_arrival_order_can_be_chosen_to_measure_the_difference(monkeypatch):
+    monkeypatch.setenv("CALLCENTER_DECODE_ORDER", "arrival")
+    executor = DecodeExecutor(workers=1)
+    gate, ran = threading.Event(), []
+    executor.submit(gate.wait)
+    futures = [executor.submit(Decode(p, ran.append), name) for name, p in [("partial", PARTIAL), ("ended", ENDED)]]
+    gate.set()
+    for f in futures:
+        f.result(timeout=5)
+    assert ran == ["partial", "ended"]
+    executor.shutdown()

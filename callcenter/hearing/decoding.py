@@ -15,13 +15,16 @@ Within a priority, first come first served. A decode still queued when its turn 
 recognizer's time goes to what callers wait for.
 
 `DecodeExecutor` is a `concurrent.futures.Executor`, used through `loop.run_in_executor`, so the
-virtual clock of simulated calls still sees each decode as a running job.
+virtual clock of simulated calls still sees each decode as a running job. `CALLCENTER_DECODE_ORDER=
+arrival` in a worker's environment runs decodes first come first served instead, to measure the
+difference (`bench call --stagger-s 0`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import os
 import queue
 import threading
 import weakref
@@ -52,10 +55,12 @@ class DecodeExecutor(concurrent.futures.Executor):
         for t in self._threads:
             t.start()
         self.skipped = 0  # decodes cancelled before they ran
+        self.by_arrival = os.environ.get("CALLCENTER_DECODE_ORDER", "urgent") == "arrival"
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((getattr(fn, "priority", PAUSED), next(self._order), future, fn, args, kwargs))
+        priority = PAUSED if self.by_arrival else getattr(fn, "priority", PAUSED)
+        self._queue.put((priority, next(self._order), future, fn, args, kwargs))
         return future
 
     def _work(self) -> None:
