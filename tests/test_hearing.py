@@ -184,8 +184,14 @@ def test_the_noise_floor_percentile_is_numpys_over_the_window():
 # ---------------------------------------------------------------- grammar per node
 def test_a_digits_node_hears_digits_and_still_hears_words(stt):
     digits = Expectation("digits", 700, digits_min=4, digits_max=8)
-    said = stt.transcribe(caller("four seven two nine one eight").astype(np.float32), grammar=digits).text
-    assert re.fullmatch(r"[\s0-9,.\-]+", said) and spoken_digits(said) == "472918"
+    audio = caller("four seven two nine one eight").astype(np.float32)
+    said = stt.transcribe(audio, grammar=digits).text
+    assert spoken_digits(said) == "472918"
+    # the digits-only reading a node falls back to writes nothing but digits and separators
+    readings, _ = stt._generate(*_encoded(stt, audio), stt._not_digits, 1)
+    assert re.fullmatch(r"[\s0-9,.\-]+", readings[0][0]) and spoken_digits(readings[0][0]) == "472918"
+    # a reading with more digits than the node takes is not accepted as it stands
+    assert not stt._fits(Expectation("digits", 700, digits_min=4, digits_max=5), said)
     # a caller who asks for a person on a digits node is heard in words, not forced into digits
     said = stt.transcribe(caller("I want to speak to an operator.").astype(np.float32), grammar=digits).text
     assert "operator" in said.lower()

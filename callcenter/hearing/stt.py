@@ -175,10 +175,12 @@ class WhisperStt:
 
     def transcribe(self, audio: np.ndarray, rate: int = SAMPLE_RATE, hint: str | None = None,
                    grammar: Grammar | None = None) -> Transcript:
-        """`grammar`: what the node expects. A digits node also decodes with every non-digit token
-        suppressed and takes that reading unless the caller plainly said words; a node with
-        answers (yes/no, a menu, intents) takes the best of the n-best readings that answers it
-        when it scores within `NBEST_MARGIN` of the best reading."""
+        """`grammar`: what the node expects. On a digits node, a reading without as many digits as
+        the node takes is decoded again with every non-digit token suppressed, and that reading is
+        taken when it has the right count (callers say words around digits, "my number is...",
+        and sometimes only words, "operator": a free reading comes first). A node with answers
+        (yes/no, a menu, intents) takes the best of the n-best readings that answers it when it
+        scores within `NBEST_MARGIN` of the best reading."""
         import ctranslate2
 
         t0 = time.perf_counter()
@@ -196,9 +198,10 @@ class WhisperStt:
         nbest = NBEST if grammar is not None and grammar.answers is not None and grammar.kind != Expecting.DIGITS else 1
         readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest)
         text, logprob = readings[0]
-        if grammar is not None and grammar.kind == Expecting.DIGITS:
+        if grammar is not None and grammar.kind == Expecting.DIGITS and not self._fits(grammar, text) \
+                and (spoken_digits(text) or logprob < WORDS_LOGPROB):  # not plainly words ("operator")
             digits, _ = self._generate(encoded, prompt, budget, self._not_digits, 1)
-            if spoken_digits(text) or logprob < WORDS_LOGPROB:  # not plainly words ("operator")
+            if self._fits(grammar, digits[0][0]):
                 text, logprob = digits[0]
         elif nbest > 1:
             for other, other_logprob in readings[1:]:
@@ -208,6 +211,12 @@ class WhisperStt:
         if not text or (no_speech > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
         return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
+
+    @staticmethod
+    def _fits(grammar: Grammar, text: str) -> bool:
+        """The reading holds as many digits as the node takes."""
+        n = len(spoken_digits(text))
+        return max(1, grammar.digits_min) <= n <= (grammar.digits_max or n)
 
     def _generate(self, encoded, prompt: list[int], budget: int, suppress, nbest: int):
         """[(text, mean log-probability per token)] best first, and the no-speech probability."""

@@ -17,4 +17,6 @@ class Grammar(Protocol):
     is one): the kind of answer, and whether a reading answers the node."""
 
     kind: Expecting
+    digits_min: int
+    digits_max: int
     answers: Callable[[str], bool] | None

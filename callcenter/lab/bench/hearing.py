@@ -15,7 +15,8 @@ lines made here (`linesim.py`). Sections (`--parts`):
   silent, to the interruption being confirmed, and misses;
   backchannels ("okay", "mm-hm") that must not stop the agent.
 - `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
-  recognized exactly, with the digits hint a digits node gives the recognizer and without.
+  recognized exactly: as a digits node decodes (`grammar`), with the written-digits prompt digits
+  nodes used to give (`hint`), and plain (`free`).
 - `real`: the real-human dev set (`../shared/eval-real`: 100 prompts clean, µ-law, white and babble
   at 10 dB; 30 digit strings clean and at 10 dB white), side by side in one run: plain
   faster-whisper tiny.en (its own `transcribe`, beam 1), our recognizer on the stock tiny.en weights,
@@ -289,15 +290,19 @@ def _digits_part(stt, limit: int | None) -> dict:
     noise_s = max(len(a) for a in audio) / SAMPLE_RATE + 1
     noises = {"clean": None, "white10": white(noise_s, seed=2), "babble10": babble(noise_s, seed=2)}
     result: dict = {"numbers": count, "lengths": "6-10 digits", "voices": DIGIT_VOICES}
+    from callcenter.hearing.turns import Expectation
+    from callcenter.text.expecting import Expecting
+
     for cond, noise in noises.items():
-        for hinted in (True, False):
+        for mode in ("grammar", "hint", "free"):  # a digits node now; the old written-digits prompt; none
             exact = 0
             for n, a in zip(numbers, audio):
                 x = a if noise is None else a + noise_at(noise, active_rms(a), 10)[: len(a)]
-                hint = digits_hint(len(n)) if hinted else None
-                text = stt.transcribe_pcm(float_to_pcm(np.pad(x, (2400, 4000))), SAMPLE_RATE, hint).text
+                hint = digits_hint(len(n)) if mode == "hint" else None
+                grammar = Expectation(Expecting.DIGITS, 700, len(n), len(n)) if mode == "grammar" else None
+                text = stt.transcribe_pcm(float_to_pcm(np.pad(x, (2400, 4000))), SAMPLE_RATE, hint, grammar).text
                 exact += spoken_digits(text) == n
-            result[f"{cond}/{'hint' if hinted else 'no_hint'}"] = {"exact": round(exact / count, 3)}
+            result[f"{cond}/{mode}"] = {"exact": round(exact / count, 3)}
     log.info("stt_bench_digits", **result)
     return result
 
