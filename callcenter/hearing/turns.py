@@ -45,6 +45,9 @@ ECHO_WORD_SHARE = 0.8  # this share of a candidate's words among the agent's own
 INTERRUPT_WORDS = frozenset("stop wait hold sorry pardon excuse operator agent human person representative "
                             "help cancel".split())  # not "no": in babble Whisper hears it in "okay, yeah"
 INTERRUPT_MIN_WORDS = 3
+CONFIDENT_WORDS = 2  # ...or this many, read with at least CONFIDENT confidence, one of them a content
+CONFIDENT = 0.8      # word of CONTENT_LETTERS or more (a clear short phrase, not a misheard "uh-huh")
+CONTENT_LETTERS = 5
 UNFINISHED_ENDINGS = frozenset("and or but so um uh is are was my the a to of er because then".split())
 _WORD = re.compile(r"[a-z0-9'-]+")
 
@@ -244,16 +247,17 @@ class TurnDetector:
         """The words the agent is speaking now: a candidate interruption made of them is its echo."""
         self._agent_words = set(_WORD.findall(text.lower()))
 
-    def interrupts(self, text: str) -> bool:
+    def interrupts(self, text: str, confidence: float = 0.0) -> bool:
         """Is this (said over the agent) a real interruption?"""
-        return self._not_an_interruption(text) is None
+        return self._not_an_interruption(text, confidence) is None
 
-    def _not_an_interruption(self, text: str) -> str | None:
+    def _not_an_interruption(self, text: str, confidence: float = 0.0) -> str | None:
         """Why this, said over the agent, is not an interruption; None when it is one. It is when it
         is not a backchannel, not the agent's own echo, and either a few words, one of the words
-        callers stop an agent with, or an answer to the node. One or two unknown words are more
-        often background talk misheard than the caller (who, if they go on, is confirmed by
-        `confirm_ms` of speech anyway)."""
+        callers stop an agent with, an answer to the node, or two words read with confidence, one
+        of them a content word. Otherwise one or two unknown words are more often background talk
+        misheard than the caller (who, if they go on, is confirmed by `confirm_ms` of speech
+        anyway)."""
         if not text.strip():
             return "noise"
         words = _WORD.findall(text.lower())
@@ -264,6 +268,9 @@ class TurnDetector:
         if self.is_echo(text):
             return "echo"
         if len(words) >= INTERRUPT_MIN_WORDS or set(words) & INTERRUPT_WORDS or self.expect.complete(text):
+            return None
+        if len(words) >= CONFIDENT_WORDS and confidence >= CONFIDENT and \
+                any(len(w) >= CONTENT_LETTERS for w in words):
             return None
         return "not an interruption"
 
@@ -285,7 +292,7 @@ class TurnDetector:
             return []
         if self._heard is None or key >= self._heard.key:
             self._heard = _Heard(key, text, confidence)
-        if self.candidate and key >= self._last_voiced and self.interrupts(text):
+        if self.candidate and key >= self._last_voiced and self.interrupts(text, confidence):
             self._confirmed = True
             return [BargeIn(self._start_t, "speech")]
         return []
@@ -401,7 +408,7 @@ class TurnDetector:
             # is kept however little of it was voiced
             return self._discard(t, "too short", over_agent and not confirmed, voiced)
         if over_agent and not confirmed:
-            reason = self._not_an_interruption(heard.text) if heard is not None else "noise"
+            reason = self._not_an_interruption(heard.text, heard.confidence) if heard is not None else "noise"
             if reason is not None:
                 # only words that may start a longer phrase carry their speech into the next piece
                 return self._discard(t, reason, True, voiced if reason == "not an interruption" else 0.0)
