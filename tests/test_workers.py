@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -62,13 +63,18 @@ def sipp_calls(port: int, calls: int, cwd: Path, tag: str) -> dict:
     return dict(zip(rows[0].split(";"), rows[-1].split(";")))
 
 
-def workers_of(recordings: Path, since: float = 0.0) -> list[str]:
+def calls_of(recordings: Path, since: float = 0.0) -> list[tuple[str, float]]:
+    """(worker, wall-clock start) of every recorded call that started at `since` or later."""
     out = []
     for jsonl in recordings.glob("*/*.jsonl"):
         events = read_events(jsonl)
         if events and events[0].get("wall", 0) >= since:
-            out.append(events[0].get("worker"))
+            out.append((events[0].get("worker"), events[0]["wall"]))
     return out
+
+
+def workers_of(recordings: Path, since: float = 0.0) -> list[str]:
+    return [worker for worker, _ in calls_of(recordings, since)]
 
 
 def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
@@ -93,8 +99,14 @@ def test_kamailio_spreads_calls_and_routes_around_a_killed_worker(tmp_path):
         row = sipp_calls(balancer, 4, tmp_path, "failover")
         assert int(row["SuccessfulCall(C)"]) == 4, row
         assert time.monotonic() - t0 < 20
-        after = workers_of(recordings, since=killed_at)
-        assert after and set(after) == {f"127.0.0.1:{sip + 1}"}, after
+        # every call goes to the live worker until the killed one is listening again (its restart
+        # takes ~3 s, so Kamailio may send the last of these calls to it: that is routing, not a miss)
+        listening = [datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+                     for line in fleet.log_lines("sip_listening") if line["address"] == f"udp:127.0.0.1:{sip}"]
+        back_listening = listening[1] if len(listening) > 1 else float("inf")
+        after = calls_of(recordings, since=killed_at)
+        assert after and any(w == f"127.0.0.1:{sip + 1}" for w, _ in after), after
+        assert all(w == f"127.0.0.1:{sip + 1}" or t >= back_listening for w, t in after), (after, back_listening)
         died = fleet.log_lines("worker_died")
         assert died and died[0]["worker"] == 0 and died[0]["returncode"] == -signal.SIGKILL
 
