@@ -216,16 +216,6 @@ def test_a_node_with_answers_takes_the_reading_that_answers_it(stt, monkeypatch)
 
 
 def _encoded(stt, audio):
-    import ctranslate2
-    import soxr
-
-    from callcenter.hearing.stt import HOP_SAMPLES, PAD_SECONDS
-
-    x = soxr.resample(audio, 8000, 16000).astype(np.float32)
-    frames = int(np.ceil((len(x) / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100
-    x = np.pad(x, (0, frames * HOP_SAMPLES - len(x)))
-    features = stt.whisper.feature_extractor(x, padding=0)[:, :frames]
-    encoded = stt.whisper.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
-                                       to_cpu=False)
-    budget = min(120, int(len(audio) / 8000 * 7) + 8)
+    """What `_generate` takes for `audio`, as `transcribe` makes it."""
+    encoded, budget = stt._encode(audio, 8000)
     return encoded, stt._prompt(None), budget

