@@ -89,12 +89,18 @@ def cmd_voice_list(args) -> int:
     from callcenter.voice.settings import known_voices
     from callcenter.voice.ssm_tts import load_voices
 
-    from callcenter.voice.ssm_tts import sf_voices
+    import numpy as np
 
-    teachers = {**load_voices().meta.get("teachers", {}), **{v: "hibari:heart" for v in sf_voices()}}
+    from callcenter.voice.ssm_tts import sf_voice_files
+
+    teachers = {k: f"learnt from {v}" for k, v in load_voices().meta.get("teachers", {}).items()}
+    for voice, path in sf_voice_files().items():
+        meta = json.loads(str(np.load(path)["__meta__"]))
+        cloned = meta.get("credit") or meta.get("cloned_from")
+        teachers[voice] = f"cloned from {cloned}, {path}" if cloned else "learnt from hibari:heart"
     for name in known_voices():
         teacher = teachers.get(name.partition(":")[2])
-        print(f"{name}\t(learnt from {teacher})" if teacher else name)
+        print(f"{name}\t({teacher})" if teacher else name)
     return 0
 
 
@@ -138,9 +144,9 @@ def cmd_voice_train(args) -> int:
     if args.voices.startswith("heart=hibari"):  # the source-filter voice, distilled from hibari-tts
         from callcenter.voice.sf_train import export
         from callcenter.voice.sf_train import train as train_sf
-        from callcenter.voice.ssm_tts import SF_VOICE_FILES
+        from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
-        out = Path(args.out) if args.out else SF_VOICE_FILES["heart"]
+        out = Path(args.out) if args.out else SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
         export(train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads), out)
         print(f"voice heart written to {out}")
         return 0
@@ -152,6 +158,88 @@ def cmd_voice_train(args) -> int:
     train(voices, Path(args.work), args.steps, out, threads=args.threads, sentences=args.sentences,
           device=args.device, dim=args.dim, decoder_layers=args.decoder_layers)
     print(f"voices {', '.join(v.name for v in voices)} written to {out}")
+    return 0
+
+
+VOICE_NAME_RE = r"[a-z][a-z0-9_]{0,31}"
+
+
+def cmd_voice_clone(args) -> int:
+    import importlib.util
+    import re
+    import time
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
+        raise CliError("cloning needs the training extra: pip install -e '.[train]' (torch and onnx)")
+    from callcenter.voice import clone
+    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, sf_voice_files, user_voice_dir
+
+    name = args.name
+    if not re.fullmatch(VOICE_NAME_RE, name):
+        raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
+    if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
+        raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
+    folder = Path(args.source)
+    try:
+        clips = clone.load_clips(folder)
+        stt = None
+        if not args.no_check or any(not c.text for c in clips):
+            from callcenter.hearing.stt import WhisperStt
+
+            stt = WhisperStt(args.stt_model, workers=1)
+        missing = [c for c in clips if not c.text and c.usable]
+        if missing:
+            for c in missing:
+                c.text = stt.transcribe(c.audio).text
+            path = clone.write_transcripts(folder, clips, folder / "transcripts.txt"
+                                           if not any((folder / f).exists() for f in clone.TRANSCRIPT_FILES)
+                                           else folder / "transcripts.heard.txt")
+            print(f"{len(missing)} recordings had no transcript; what the recognizer heard is in {path}.")
+            for c in missing[:20]:
+                print(f"  {c.name}: {c.text}")
+            if not args.accept_heard:
+                print("Review and correct it, then run the same command again (or add --accept-heard).")
+                return 2
+        print(f"checking {len(clips)} recordings in {folder}")
+        heard = None if args.no_check else (lambda audio: stt.transcribe(audio).text)
+        report = clone.inspect(clips, heard)
+        print(report.summary())
+        if report.speech_s < clone.ADVISED_SPEECH_S:
+            print(f"note: {report.speech_s / 60:.1f} min of speech; {clone.ADVISED_SPEECH_S / 60:.0f} min or more "
+                  "gives a closer likeness")
+        if args.check_only:
+            return 0
+        work = Path(args.work) if args.work else Path.home() / ".cache" / "callcenter" / "clone" / name
+        info = {"name": name, "cloned_from": str(folder.resolve().name), "speech_s": round(report.speech_s, 1),
+                "base": "ssm:heart"}
+        credit = folder / "CREDIT.txt"
+        if credit.exists():
+            info["credit"] = credit.read_text(encoding="utf-8").strip()
+        utts = clone.prepare(clips, work, info)
+    except clone.CloneError as exc:
+        raise CliError(str(exc)) from None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    base = SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
+    started = time.monotonic()
+    with Progress(TextColumn("adapting ssm:heart to " + name), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()) as bar:
+        task = bar.add_task("adapt", total=args.steps, loss="")
+
+        plain = not sys.stdout.isatty()  # a log file gets a line every 100 steps instead of a bar
+
+        def progress(step, total, loss):
+            bar.update(task, completed=step, loss=f"loss {loss.get('total', 0):.3f}")
+            if plain and step % 100 == 0:
+                print(f"step {step}/{total} " + " ".join(f"{k} {v:.4f}" for k, v in loss.items())
+                      + f" {(time.monotonic() - started) / 60:.1f} min", flush=True)
+
+        adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress)
+    out = Path(args.out) if args.out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
+    clone.export(adapter, out, info)
+    done = "" if adapter.step >= args.steps else f" (stopped at the time budget; run again to go on to {args.steps})"
+    print(f"voice ssm:{name} written to {out}: {adapter.step} steps{done}, "
+          f"{(time.monotonic() - started) / 60:.1f} min this run, {out.stat().st_size / 1e6:.1f} MB")
     return 0
 
 
@@ -417,6 +505,22 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dim", type=int, default=None, help="model width (default 128)")
     v.add_argument("--decoder-layers", type=int, default=None, help="SSM blocks (default 8)")
     v.set_defaults(fn=cmd_voice_train)
+    v = vsub.add_parser("clone", help="a new voice ssm:NAME from a folder of a speaker's recordings (CPU, resumable)")
+    v.add_argument("name", help="the new voice's name (ssm:NAME)")
+    v.add_argument("--from", dest="source", required=True,
+                   help="folder of WAVs (any rate) with transcripts.txt ('name: text' per line), LJSpeech "
+                        "metadata.csv or a .txt beside each WAV; without them the recognizer transcribes for review")
+    v.add_argument("--minutes", type=float, default=26, help="time budget for the adaptation in this run (default 26)")
+    v.add_argument("--steps", type=int, default=1000, help="adaptation steps in all (default 1000)")
+    v.add_argument("--threads", type=int, default=2)
+    v.add_argument("--work", default=None, help="analysis and checkpoints (default ~/.cache/callcenter/clone/NAME)")
+    v.add_argument("--out", default=None, help="voice file (default $CALLCENTER_VOICE_DIR or "
+                                                "~/.local/share/callcenter/voices/sf-NAME.npz)")
+    v.add_argument("--check-only", action="store_true", help="check the recordings and stop")
+    v.add_argument("--no-check", action="store_true", help="skip the recognizer's transcript check")
+    v.add_argument("--accept-heard", action="store_true", help="train on the recognizer's transcripts without review")
+    v.add_argument("--stt-model", default=None, help="the recognizer for the checks (default: telephone)")
+    v.set_defaults(fn=cmd_voice_clone)
 
     s = sub.add_parser("stt", help="the recognizer: build the telephone-tuned model, or train it")
     ssub = s.add_subparsers(dest="stt_cmd", required=True)

@@ -153,10 +153,14 @@ class Voices:
     def __init__(self):
         from hibari import Hibari
 
-        from callcenter.voice.ssm_tts import sf_voices
+        from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, SF_PREFIX, sf_voice_files
 
         self.hibari = Hibari(threads=1)
-        self.ssm = ["joe", "awb", "slt", *sf_voices()]
+        # distilled voices only: a voice cloned from a recorded person (ssm:allison, or any voice
+        # cloned on this machine) never teaches hearing
+        shipped_distilled = {"heart"}
+        self.ssm = ["joe", "awb", "slt", *(v for v, path in sf_voice_files().items()
+                                          if v in shipped_distilled and path == SHIPPED_VOICE_DIR / f"{SF_PREFIX}{v}.npz")]
 
     def read(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
         r = rng.random()

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import re
+from callcenter.voice.text import edit_distance, words
 
-from callcenter.voice.text import normalize
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words of `text` as spoken: '$12.50, please!' -> ['twelve', 'dollars', ...]."""
-    text = normalize(text).lower().replace("-", " ")
-    return re.sub(r"[^a-z' ]", " ", text).replace("'", "").split()
-
-
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
+__all__ = ["edit_distance", "words", "wer"]
 
 
 def wer(pairs: list[tuple[str, str]]) -> float:

@@ -55,7 +55,10 @@ class HibariTeacher:
         return self.hibari.ids(phonemes)
 
     def utterance(self, text: str, phonemes: str) -> TeacherUtterance:
-        ids = self.ids(phonemes)
+        return self.from_ids(self.ids(phonemes), text, phonemes)
+
+    def from_ids(self, ids: list[int], text: str = "", phonemes: str = "") -> TeacherUtterance:
+        """The teacher's frames for ids in its vocabulary (pads included)."""
         out = self.session.run(None, {"ids": np.asarray([ids], np.int64), "speed": np.asarray([1.0], np.float32)})
         lh, _theta, ln, lr, _phi, f0, units = out
         durations = units.astype(np.int64) * FRAMES_PER_UNIT

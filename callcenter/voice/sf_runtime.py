@@ -172,7 +172,8 @@ class SfVoice:
         x = p["embed.weight"][np.asarray(ids)]
         for k in range(self.config["encoder_layers"]):
             x = conv_layer(p, f"encoder.{k}", x)
-        return regulate(x, frames_per_id(predict(p, "duration", x), speed), p)
+        # a cloned voice speaks at its speaker's rate (`speed` in its file), times the flow's
+        return regulate(x, frames_per_id(predict(p, "duration", x), speed * self.meta.get("speed", 1.0)), p)
 
     def stream(self, cond: np.ndarray, cancelled=lambda: False, seed: int = 0,
                pitch: float = 0.0) -> Iterator[np.ndarray]:

@@ -9,8 +9,10 @@ sentence. Closing the stream (barge-in cancels the consumer) stops the worker be
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import AsyncIterator
 
 import numpy as np
@@ -36,18 +38,35 @@ def load_voices(path=VOICES_FILE) -> SsmVoices:
         return _loaded[key]
 
 
-SF_VOICE_FILES = {"heart": VOICES_FILE.with_name("sf-heart.npz")}  # source-filter voices (sf_runtime)
+SF_PREFIX = "sf-"  # a source-filter voice file is sf-<voice>.npz (sf_runtime)
+SHIPPED_VOICE_DIR = VOICES_FILE.parent
+VOICE_DIR_ENV = "CALLCENTER_VOICE_DIR"  # where `voice clone` writes, and speaking looks, for cloned voices
+
+
+def user_voice_dir() -> Path:
+    return Path(os.environ.get(VOICE_DIR_ENV) or Path.home() / ".local" / "share" / "callcenter" / "voices")
+
+
+def sf_voice_files() -> dict[str, Path]:
+    """Source-filter voices: the shipped ones, then those cloned on this machine (a cloned voice
+    never hides a shipped one of the same name)."""
+    found: dict[str, Path] = {}
+    for folder in (SHIPPED_VOICE_DIR, user_voice_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob(f"{SF_PREFIX}*.npz")):
+                found.setdefault(path.stem[len(SF_PREFIX):], path)
+    return found
 
 
 def sf_voices() -> list[str]:
     """The source-filter voices whose weights this installation has."""
-    return [name for name, path in SF_VOICE_FILES.items() if path.exists()]
+    return list(sf_voice_files())
 
 
 def ssm_tts(voice: str, speed: float = 1.0, pitch: float = 0.0) -> "SsmTts":
     """The streaming stage for `ssm:<voice>`: a source-filter voice if it is one, else a voice of
     the spectral model file."""
-    return SfTts(voice, speed, pitch) if voice in SF_VOICE_FILES else SsmTts(voice, speed, pitch)
+    return SfTts(voice, speed, pitch) if voice in sf_voice_files() else SsmTts(voice, speed, pitch)
 
 
 class SsmTts:
@@ -114,7 +133,7 @@ class SfTts(SsmTts):
     def __init__(self, voice: str, speed: float = 1.0, pitch: float = 0.0, voices=None, language: str = "en-us"):
         from callcenter.voice.sf_runtime import load_sf_voice
 
-        self.voices = load_sf_voice(SF_VOICE_FILES[voice])
+        self.voices = load_sf_voice(sf_voice_files()[voice])
         self.voice = voice
         self.speed = speed
         self.pitch = pitch

@@ -148,6 +148,22 @@ def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
             "rtf_median": float(np.median(rtf))}, audio
 
 
+SPEAKER_RECORDINGS = 60  # held-out recordings of a cloned voice's speaker the judge compares with
+
+
+def cloned_speakers() -> dict:
+    """Cloned voices whose speaker's held-out recordings this machine can reach: name → loader."""
+    from callcenter.lab import allison
+
+    def allison_held_out() -> list[np.ndarray]:
+        from callcenter.audio.wavfile import read_wav
+
+        paths = allison.held_out(allison.package_root())[:SPEAKER_RECORDINGS]
+        return [np.frombuffer(read_wav(p), "<i2").astype(np.float32) / 32768 for p in paths]
+
+    return {"allison": allison_held_out}
+
+
 def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, stt_model: str | None = None,
                   references: bool = True, save_audio: Path | None = None, dnsmos: bool = True) -> dict:
     from callcenter.hearing.stt import WhisperStt
@@ -178,6 +194,21 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             stats["dnsmos"] = judge.mean(audios)
         return stats
 
+    speakers = cloned_speakers()
+
+    def likeness(name: str, stats: dict, audios: list[np.ndarray]) -> None:
+        """A cloned voice against its speaker's recordings that it never learnt from."""
+        if name not in speakers:
+            return
+        try:
+            from callcenter.lab.judges import SpeakerJudge
+
+            held = speakers[name]()
+            stats["speaker_similarity"] = round(SpeakerJudge().similarity(audios, held), 3)
+            stats["speaker_recordings"] = len(held)
+        except (JudgeMissing, OSError, subprocess.CalledProcessError) as exc:
+            log.warning("speaker_judge_unavailable", voice=name, error=str(exc))
+
     result = {"sentences": len(sentences), "threads": 1, "voices": {}, "references": {},
               "memory": {"weights_mb_all_voices": round(weights_mb, 2),
                          "rss_growth_mb_on_load": round((rss_after - rss_before) / 1024, 1),
@@ -187,6 +218,7 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
     for name in voices or model.voices + sf_voices():
         stats, audio = bench_ssm_voice(name, sentences)
         result["voices"][f"ssm:{name}"] = judged(stats, audio)
+        likeness(name, stats, audio)
         log.info("tts_bench_voice", voice=name, **stats)
         if save_audio:
             from callcenter.audio.wavfile import write_wav
