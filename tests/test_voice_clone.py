@@ -25,16 +25,11 @@ def cc(*args, env=None, timeout=600):
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def flite(text: str, voice: str = "kal") -> np.ndarray:
-    """Another speaker: flite's kal (a US male diphone voice), resampled to 8 kHz."""
-    out = subprocess.run(["flite", "-voice", voice, "-t", text, "-o", "/dev/stdout"], capture_output=True,
-                         check=True).stdout
-    from callcenter.audio.wavfile import decode_wav
+def flite(text: str) -> np.ndarray:
+    """Another speaker: flite's kal, a US male diphone voice, at 8 kHz."""
+    from callcenter.call.caller import speak
 
-    x, rate = decode_wav(out)
-    import soxr
-
-    return soxr.resample(x, rate, SAMPLE_RATE).astype(np.float32) if rate != SAMPLE_RATE else x
+    return speak(text, "flite:kal")
 
 
 def speaker_folder(folder: Path, count: int, seed: int = 3) -> list[str]:
@@ -114,12 +109,10 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     """Three minutes of flite's male kal voice → ssm:kal, which flows can select. On sentences
     neither heard, the clone speaks at kal's pitch, its long-term spectrum comes closer to kal's
     than the voice it started from, and the GE2E judge finds it closer to kal."""
-    import threading
-
+    from callcenter.call.caller import speak
     from callcenter.lab.judges import SpeakerJudge
     from callcenter.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
-    from callcenter.voice.ssm_tts import ssm_tts
 
     src = tmp_path / "kal"
     src.mkdir()
@@ -141,8 +134,7 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
 
     monkeypatch.setenv("CALLCENTER_VOICE_DIR", str(voices))
     held_out = agent_lines(6, seed=77)  # not among the 40 it learnt from (seed 3)
-    rendered = {v: [np.concatenate(list(ssm_tts(v).samples(t, threading.Event()))) for t in held_out]
-                for v in ("kal", "heart")}
+    rendered = {v: [speak(t, v) for t in held_out] for v in ("kal", "heart")}
     kal = [flite(t) for t in held_out]
 
     def median_f0(audios):
@@ -161,18 +153,15 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
 @pytest.mark.skipif(not (EVAL_REAL / "manifest.jsonl").exists(), reason="needs ../shared/eval-real")
 def test_the_speaker_judge_tells_one_speaker_from_another():
     """Allison's recordings (eval-real, clean) against each other, and against a synthetic voice."""
-    import threading
-
+    from callcenter.call.caller import speak
     from callcenter.lab.judges import SpeakerJudge
-    from callcenter.voice.ssm_tts import ssm_tts
 
     rows = [json.loads(line) for line in (EVAL_REAL / "manifest.jsonl").read_text().splitlines()]
     clean = [EVAL_REAL / r["path"] for r in rows if r["cond"] == "clean"][:24]
     audio = [np.frombuffer(read_wav(p), "<i2").astype(np.float32) / 32768 for p in clean]
     judge = SpeakerJudge()
     same = judge.similarity(audio[0::2], audio[1::2])
-    slt = ssm_tts("slt")
-    other = [np.concatenate(list(slt.samples(r["text"], threading.Event()))) for r in rows[:24:4]]
+    other = [speak(r["text"], "slt") for r in rows[:24:4]]
     assert same > 0.95 and judge.similarity(audio, other) < 0.85
 
 

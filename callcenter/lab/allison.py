@@ -65,9 +65,8 @@ def spoken(name: str, text: str) -> str:
 
 
 def clone_names(manifest: Path = MANIFEST, root: Path | None = None) -> list[str]:
-    sources = sorted({json.loads(line)["source"] for line in manifest.read_text().splitlines()
-                      if line.strip() and json.loads(line).get("source")})
-    names = list(sources)
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    names = sorted({r["source"] for r in rows if r.get("source")})
     if root is not None:
         sounds = root / SOUNDS
         for folder in FOLDERS:

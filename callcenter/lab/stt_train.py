@@ -153,14 +153,13 @@ class Voices:
     def __init__(self):
         from hibari import Hibari
 
-        from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, SF_PREFIX, sf_voice_files
+        from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
         self.hibari = Hibari(threads=1)
-        # distilled voices only: a voice cloned from a recorded person (ssm:allison, or any voice
-        # cloned on this machine) never teaches hearing
-        shipped_distilled = {"heart"}
-        self.ssm = ["joe", "awb", "slt", *(v for v, path in sf_voice_files().items()
-                                          if v in shipped_distilled and path == SHIPPED_VOICE_DIR / f"{SF_PREFIX}{v}.npz")]
+        # distilled voices only, named here: a voice cloned from a recorded person (ssm:allison, or
+        # any voice cloned on this machine) never teaches hearing
+        heart = (SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz").exists()
+        self.ssm = ["joe", "awb", "slt", *(["heart"] if heart else [])]
 
     def read(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
         r = rng.random()

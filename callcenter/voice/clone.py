@@ -76,7 +76,6 @@ class CloneError(CallcenterError, ValueError):
 @dataclass
 class Clip:
     name: str
-    path: Path
     audio: np.ndarray  # 8 kHz float
     text: str = ""
     problems: list[str] = field(default_factory=list)
@@ -133,9 +132,9 @@ def load_clips(folder: Path) -> list[Clip]:
         try:
             audio = np.frombuffer(read_wav(path, SAMPLE_RATE), "<i2").astype(np.float32) / 32768.0
         except AudioFileError as exc:
-            clips.append(Clip(name, path, np.zeros(0, np.float32), texts.get(name, ""), [str(exc)]))
+            clips.append(Clip(name, np.zeros(0, np.float32), texts.get(name, ""), [str(exc)]))
             continue
-        clips.append(Clip(name, path, audio, _clean_text(texts.get(name, ""))))
+        clips.append(Clip(name, audio, _clean_text(texts.get(name, ""))))
     return clips
 
 
@@ -253,6 +252,7 @@ def _mel_filters(n_mels: int = 26, lo: float = 80.0, hi: float = 3800.0) -> np.n
 
 
 MEL = _mel_filters()
+CEPSTRUM = sf.dct_basis(len(MEL), 13)  # c0..c12 (each coefficient is standardised after)
 
 
 def stft(audio: np.ndarray, frames: int) -> np.ndarray:
@@ -266,10 +266,7 @@ def dtw_features(audio: np.ndarray, frames: int) -> np.ndarray:
     """Cepstra c1..c12 and a little of c0, normalised per utterance: what is said, less who says it."""
     power = np.abs(stft(audio, frames)) ** 2
     logmel = np.log(power @ MEL.T + 1e-8)
-    n = logmel.shape[1]
-    k = np.arange(13)[:, None]
-    dct = np.cos(np.pi * k * (2 * np.arange(n)[None, :] + 1) / (2 * n))
-    cep = logmel @ dct.T
+    cep = logmel @ CEPSTRUM.T
     cep = (cep - cep.mean(0)) / (cep.std(0) + 1e-6)
     cep[:, 0] *= 0.5
     return cep.astype(np.float32)
@@ -400,6 +397,7 @@ class FitTarget:
     """What one recording asks of the voice, frame by frame, on the voice's own STFT grid."""
     log_power: np.ndarray  # (F, N_BINS) log power of the recording, floored
     pulse_power: np.ndarray  # (F, N_BINS) |pulse train spectrum|² at the recording's F0 (0 unvoiced)
+    f0: np.ndarray  # (F,) Hz where both the base voice and the recording are voiced, else 0
     fit: np.ndarray  # (F,) bool: frames whose spectrum is fitted (loud, and voiced the same way as the base)
     floor: float
     base: np.ndarray  # (F, 3, N_COEF) the base voice's envelopes for these phonemes and durations
@@ -416,7 +414,7 @@ def fit_target(utt: Utterance, base_out: np.ndarray) -> FitTarget:
     floor = float(frame_power[loud].mean() * FLOOR)
     pulse = np.abs(sf.frame_spectra(sf.pulses(f0)[0], frames).T) ** 2
     agree = voiced == (utt.f0 > 0)
-    return FitTarget(np.log(power + floor).astype(np.float32), pulse.astype(np.float32), loud & agree, floor,
+    return FitTarget(np.log(power + floor).astype(np.float32), pulse.astype(np.float32), f0, loud & agree, floor,
                      base_out[:, 2:].reshape(frames, 3, sf.N_COEF).astype(np.float32), voiced)
 
 
@@ -429,10 +427,11 @@ class Adapter:
 
     (P the pulse train's spectrum; the two random parts keep a quarter of their power through the
     inverse STFT, measured), against the recording's power, in log, over loud frames where the base
-    voice and the recording agree on voicing. F0 is regressed on the analysis, durations on the
-    alignment, voicing on the base voice (it belongs to the phonemes), and the envelopes are held
-    loosely to the base voice's (`HOLD`): the split between noise and free phase, which the power
-    cannot tell apart, stays the base voice's."""
+    voice and the recording agree on voicing. F0 is regressed on the analysis and voicing on the base
+    voice (it belongs to the phonemes); durations stay the base voice's and the speaker's rate
+    becomes `tempo`. The three envelopes are pulled towards one common shift (`TIE`) and loosely to
+    the base voice's (`HOLD`): the split between noise and free phase, which the power cannot tell
+    apart, stays the base voice's."""
 
     def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0):
         import torch
@@ -486,7 +485,7 @@ class Adapter:
             e = min(frames, s + WINDOW)
             w = e - s
             conds[i, :w] = self.model.condition(enc[None], d[None])[0, s:e]
-            b["f0"][i, :w] = torch.from_numpy(np.where(t.voiced[s:e] & (u.f0[s:e] > 0), u.f0[s:e], 0.0))
+            b["f0"][i, :w] = torch.from_numpy(t.f0[s:e])
             b["voiced"][i, :w] = torch.from_numpy(t.voiced[s:e].astype(np.float32))
             b["fit"][i, :w] = torch.from_numpy(t.fit[s:e].astype(np.float32))
             b["log_power"][i, :w] = torch.from_numpy(t.log_power[s:e])

@@ -82,8 +82,7 @@ def losses(out, log_dur, batch) -> dict[str, torch.Tensor]:
     env = (coef_err * frames).sum() / n
     log_f0 = torch.log(batch["f0"].clamp(min=40.0)) - LOG_F0_MEAN
     f0 = ((out[..., 0] - log_f0).abs() * voiced).sum() / voiced.sum().clamp(min=1)
-    is_voiced = batch["voiced"] if "voiced" in batch else voiced.float()  # a clone keeps its base's voicing
-    voicing = (F.binary_cross_entropy_with_logits(out[..., 1], is_voiced, reduction="none") * frames).sum() / n
+    voicing = (F.binary_cross_entropy_with_logits(out[..., 1], voiced.float(), reduction="none") * frames).sum() / n
     ids = batch["id_mask"]
     dur = (((log_dur - torch.log1p(batch["durations"].float())) ** 2) * ids).sum() / ids.sum()
     return {"env": env, "f0": f0, "voicing": voicing, "dur": dur, "total": env + f0 + 0.2 * voicing + 0.5 * dur}

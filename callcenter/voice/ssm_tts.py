@@ -66,7 +66,12 @@ def sf_voices() -> list[str]:
 def ssm_tts(voice: str, speed: float = 1.0, pitch: float = 0.0) -> "SsmTts":
     """The streaming stage for `ssm:<voice>`: a source-filter voice if it is one, else a voice of
     the spectral model file."""
-    return SfTts(voice, speed, pitch) if voice in sf_voice_files() else SsmTts(voice, speed, pitch)
+    files = sf_voice_files()
+    if voice in files:
+        from callcenter.voice.sf_runtime import load_sf_voice
+
+        return SfTts(voice, speed, pitch, voices=load_sf_voice(files[voice]))
+    return SsmTts(voice, speed, pitch)
 
 
 class SsmTts:
@@ -133,7 +138,7 @@ class SfTts(SsmTts):
     def __init__(self, voice: str, speed: float = 1.0, pitch: float = 0.0, voices=None, language: str = "en-us"):
         from callcenter.voice.sf_runtime import load_sf_voice
 
-        self.voices = load_sf_voice(sf_voice_files()[voice])
+        self.voices = voices or load_sf_voice(sf_voice_files()[voice])
         self.voice = voice
         self.speed = speed
         self.pitch = pitch
