@@ -295,8 +295,9 @@ def cmd_kamailio_config(args) -> int:
 
     try:
         callers = callers_from_env(args.caller or [])
+        agents = callers_from_env(args.agent or [], "--agent")
         cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm,
-                                    pike_density=args.rate_limit)
+                                    pike_density=args.rate_limit, agents=agents)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
@@ -452,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="build/kamailio")
     s.add_argument("--caller", action="append", metavar="USER=ENV_VAR",
                    help="require digest authentication of INVITEs; this caller's password is in ENV_VAR (repeatable)")
+    s.add_argument("--agent", action="append", metavar="USER=ENV_VAR",
+                   help="a human agent whose softphone registers here (digest authentication; password in "
+                        "ENV_VAR); workers ring them at sip:USER@LISTEN (repeatable)")
     s.add_argument("--realm", default="callcenter", help="the digest realm")
     s.add_argument("--rate-limit", type=int, default=PIKE_DENSITY, metavar="N",
                    help=f"requests one address (not a worker) may send per {PIKE_UNIT_S} s before Kamailio "

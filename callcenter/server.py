@@ -12,10 +12,12 @@ import zlib
 
 import structlog
 
+from callcenter.call.attendant import QueueWait
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.call_metrics import CallMetrics
 from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
+from callcenter.call.queues import HEARTBEAT_S, QueueStore
 from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
@@ -138,6 +140,30 @@ class LiveCall:
         self.consult = leg
         self.log.info("warm_transfer_bridged", to=uri, recording=str(leg.recorder.path))
         return True
+
+    def queue_wait(self, queue: str, settings, whisper: str, speak) -> QueueWait | None:
+        """This caller's wait in a queue of agents (None without a contact center)."""
+        store = self.agent.queues
+        if store is None:
+            return None
+        store.define_queue(queue, settings.agents, settings.skills, settings.strategy, settings.service_level_s)
+
+        async def dial(uri: str, name: str) -> "ConsultLeg":
+            leg = ConsultLeg(self, f"-agent-{name}")
+            try:
+                leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
+            except SipError:
+                leg.close()
+                raise
+            return leg
+
+        async def connect(leg: "ConsultLeg") -> None:
+            await self._connect_person(leg)
+            self.consult = leg
+            self.log.info("queue_bridged", queue=queue, recording=str(leg.recorder.path))
+
+        return QueueWait(store, self.call_id, queue, settings, whisper, dial, connect, speak, self.events,
+                         free_slots=self.agent.free_slots)
 
     def on_consult_ended(self, leg: "ConsultLeg") -> None:
         if self.consult is leg:  # the person hung up after the bridge: the call is over
@@ -278,15 +304,16 @@ class WebRtcLiveCall(LiveCall):
 
 
 class ConsultLeg:
-    """The agent's own call to a person during a warm transfer. Recorded beside the caller's
-    recording as `<call>-transfer.wav` (left: the person, right: the agent's summary)."""
+    """The agent's own call to a person during a warm transfer, or to a human agent of a queue.
+    Recorded beside the caller's recording as `<call>-transfer.wav` or `<call>-agent-<name>.wav`
+    (left: the person, right: the summary they heard, then the caller)."""
 
-    def __init__(self, live: LiveCall):
+    def __init__(self, live: LiveCall, suffix: str = "-transfer"):
         loop = asyncio.get_running_loop()
         self.live = live
         base = live.recorder.path if live.recorder is not None else recording_paths(
             live.agent.config.recordings, live.call_id)[0]
-        self.recorder = StereoRecorder(unique_path(base.with_name(base.stem + "-transfer.wav")))
+        self.recorder = StereoRecorder(unique_path(base.with_name(base.stem + suffix + ".wav")))
         self.bridge = MediaBridge(loop, self.recorder)
         self.confirmed: asyncio.Future = loop.create_future()
         self.media: asyncio.Future = loop.create_future()  # the person's audio is connected
@@ -352,8 +379,22 @@ class CallServer:
         self.control = None  # the supervisor API, when configured
         self.webrtc = None  # the browser callers' gateway, when configured
         self._services: FlowServices | None = None
+        self.queues: QueueStore | None = None  # the contact center's shared queues and agents
+        cc = config.contact_center
+        if cc is not None:
+            worker = f"{config.listen.host}:{config.listen.port}"
+            self.queues = QueueStore(cc.store or config.recordings / "queues.db", worker)
+            lost = self.queues.take_over()
+            if lost:
+                log.warning("queue_callers_lost", calls=lost, reason="left by an earlier process on this address")
+            self.queues.define_agents([(a.name, cc.uri_of(a), tuple(a.skills), a.logged_in) for a in cc.agents])
+            for flow_queue, q in self.flows.current.queues.items():
+                if not isinstance(q, str):
+                    self.queues.define_queue(flow_queue, q.agents, q.skills, q.strategy, q.service_level_s)
         self.memory = MemoryKeeper(config.memory_trim_s)
         self.metrics = CallMetrics(self._active_calls, self._rejected_calls)
+        if self.queues is not None:
+            self.metrics.watch_queues(self.queues)
 
     def _active_calls(self) -> dict[tuple[str, ...], float]:
         out = {("sip",): 0, ("webrtc",): 0}
@@ -399,6 +440,11 @@ class CallServer:
         return sum(1 for live in list(self.live.values())
                    if live.transport != "sip" and live.task is not None and live is not exclude)
 
+    def free_slots(self) -> int:
+        """Calls this process could still place or take (an agent's leg needs one)."""
+        sip = sum(1 for c in list(self.endpoint.calls.values()) if not c.disconnected) if self.endpoint else 0
+        return max(0, self.config.max_calls - sip - self.other_calls())
+
     def full(self, exclude: LiveCall | None = None) -> bool:
         """Has the process all the calls it may take, SIP and browser together? Browser calls count
         once connected (and `exclude` not at all); each kind has its own cap as well."""
@@ -443,6 +489,17 @@ class CallServer:
         log.info("prompts_warmed", flow=flow.name, version=flow.version, prompts=len(prompts),
                  seconds=round(time.monotonic() - started, 1), cached_mb=round(self.tts.cache.bytes / 2**20, 1))
 
+    async def keep_queues(self) -> None:
+        """This worker's heartbeat in the shared queue store; it also clears what dead workers left."""
+        while True:
+            try:
+                lost = self.queues.heartbeat(self.free_slots())
+                if lost:
+                    log.warning("queue_callers_lost", calls=lost, reason="their worker stopped beating")
+            except Exception as exc:  # a locked or full disk: the calls go on, the console says so in the log
+                log.error("queue_heartbeat_failed", error=str(exc))
+            await asyncio.sleep(HEARTBEAT_S)
+
     async def keep_recordings(self, days: float) -> None:
         """Delete recordings older than `days`: now, then once a day (on a thread: a large folder
         must not hold up the calls)."""
@@ -463,6 +520,8 @@ class CallServer:
             self.flows.on_reload = lambda flow: background.append(asyncio.create_task(self.warm_prompts(flow)))
         if self.config.memory_trim_s:
             background.append(asyncio.create_task(self.memory.run()))
+        if self.queues is not None:
+            background.append(asyncio.create_task(self.keep_queues()))
         if self.config.retention_days:
             background.append(asyncio.create_task(self.keep_recordings(self.config.retention_days)))
         if self.config.control is not None:
@@ -497,6 +556,8 @@ class CallServer:
             if tasks:
                 await asyncio.wait(tasks, timeout=3)
             await loop.run_in_executor(None, self.endpoint.stop)
+            if self.queues is not None:
+                self.queues.forget_worker()
 
 
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:

@@ -232,3 +232,87 @@ def test_calls_today_count_the_servers_recordings_once():
     for ev in call_events("a", start_wall=noon):  # a call both recorded and seen live counts once
         floor.event("s", ev)
     assert floor.aggregates()["today"] == 1
+
+
+# ------------------------------------------------------------------ the contact center's queues and agents
+def queue_board() -> dict:
+    return {
+        "queues": [
+            {"name": "billing", "waiting": 3, "longest_wait_s": 47.0, "available": 0, "busy": 2, "paused": 1,
+             "answered_today": 41, "abandoned_today": 3, "timed_out_today": 1, "callbacks_today": 2,
+             "service_level": 0.78, "service_level_s": 20},
+            {"name": "technical", "waiting": 0, "longest_wait_s": 0.0, "available": 1, "busy": 1, "paused": 0,
+             "answered_today": 17, "abandoned_today": 0, "timed_out_today": 0, "callbacks_today": 0,
+             "service_level": 0.94, "service_level_s": 30},
+        ],
+        "agents": [
+            {"name": "alice", "state": "on_call", "reason": "", "in_state_s": 312.0, "call_id": "sip-101500-a1b2c3"},
+            {"name": "bob", "state": "wrap_up", "reason": "", "in_state_s": 4.0, "call_id": None},
+            {"name": "carol", "state": "paused", "reason": "lunch", "in_state_s": 1260.0, "call_id": None},
+            {"name": "dave", "state": "available", "reason": "", "in_state_s": 95.0, "call_id": None},
+            {"name": "erin", "state": "logged_out", "reason": "", "in_state_s": 7200.0, "call_id": None},
+        ],
+    }
+
+
+async def show_queues(pilot) -> None:
+    from callcenter.supervisor.tui import QueuesUpdated
+
+    await feed(pilot.app, pilot, calls=4)
+    pilot.app.post_message(QueuesUpdated("http://127.0.0.1:9", {"type": "queues", **queue_board()}))
+    await pilot.pause()
+    await pilot.press("Q")
+    await pilot.pause()
+
+
+def test_queues_screen_120x36(snap_compare):
+    async def run_before(pilot):
+        await show_queues(pilot)
+        await pilot.press("down", "down")
+
+    assert snap_compare(offline_app(), terminal_size=(120, 36), run_before=run_before)
+
+
+def test_queues_screen_140x42(snap_compare):
+    assert snap_compare(offline_app(), terminal_size=(140, 42), run_before=show_queues)
+
+
+def test_main_screen_140x42_columns_are_not_cut(snap_compare):
+    async def run_before(pilot):
+        await feed(pilot.app, pilot, calls=3)
+        pilot.app.post_message(CallsUpdated("http://127.0.0.1:9", [
+            row("call-00", 0, node="a_rather_long_node_name", last_intent="billing_dispute", state="transferring")]))
+        await pilot.pause()
+
+    assert snap_compare(offline_app(), terminal_size=(140, 42), run_before=run_before)
+
+
+def test_pilot_pauses_an_agent_with_a_reason():
+    """The queue screen's keys reach the agent API: `p`, a reason, Enter."""
+    from callcenter.supervisor.tui import QueuesScreen
+
+    sent = []
+
+    class Recording(Server):
+        async def post(self, path, body=None):
+            sent.append((path, body))
+            return {"ok": True}
+
+    async def go():
+        app = SupervisorApp([Recording("http://127.0.0.1:9", "t")], connect=False)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await show_queues(pilot)
+            assert isinstance(app.screen, QueuesScreen)
+            alerts = str(app.screen.query_one("#queue-alerts").render())
+            assert "billing: 3 waiting" in alerts  # past its 20 s service level
+            await pilot.press("down", "down", "down")  # dave, available
+            await pilot.press("p")
+            await pilot.press(*"training")
+            await pilot.press("enter")
+            await pilot.pause(0.2)
+            await pilot.press("up")  # carol, paused
+            await pilot.press("u")
+            await pilot.pause(0.2)
+
+    asyncio.run(go())
+    assert sent == [("/api/agents/dave/pause", {"reason": "training"}), ("/api/agents/carol/resume", {})]

@@ -41,6 +41,28 @@ class CallMetrics:
         r.add(Gauge("callcenter_resident_memory_bytes", "Resident memory of this process.",
                     lambda: rss_mb() * 2**20))
 
+    def watch_queues(self, store) -> None:
+        """The contact center's queues and agents (the shared store: every worker reports the same
+        figures, so scrape one worker or take the max)."""
+        def board():
+            queues, agents = store.snapshot()
+            return queues, agents
+
+        def per_queue(field: str):
+            return lambda: {(q.name,): getattr(q, field) for q in board()[0]}
+
+        r = self.registry
+        r.add(Gauge("callcenter_queue_waiting", "Callers waiting in each queue.", per_queue("waiting"), ("queue",)))
+        r.add(Gauge("callcenter_queue_longest_wait_seconds", "The longest current wait in each queue.",
+                    per_queue("longest_wait_s"), ("queue",)))
+        for field, help in (("answered_today", "answered"), ("abandoned_today", "abandoned (hung up waiting)"),
+                            ("timed_out_today", "that waited the queue's max_wait_s"),
+                            ("callbacks_today", "that left a number for a callback")):
+            r.add(Gauge(f"callcenter_queue_{field}", f"Calls {help} today, per queue.", per_queue(field), ("queue",)))
+        r.add(Gauge("callcenter_agents", "Human agents in each state.",
+                    lambda: {(s,): sum(a.state.value == s for a in board()[1]) for s in
+                             ("logged_out", "available", "ringing", "on_call", "wrap_up", "paused")}, ("state",)))
+
     def watch(self, events: ev.CallEvents, transport: str) -> None:
         """Count this call and follow its events."""
         self.calls.inc(transport=transport)

@@ -24,11 +24,13 @@ import structlog
 from callcenter.audio.frames import SAMPLE_RATE, frames_from_pcm
 from callcenter.audio.stage import Moment
 from callcenter.call import events as ev
+from callcenter.call.attendant import QueueWait
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.speech import Speech
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
+from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
+                                      Waiting)
 from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
@@ -49,6 +51,9 @@ BACKUP_VOICE = "espeak:en-us"  # another engine entirely (espeak-ng), not anothe
 WAITING_ON_THE_AGENT = (Waiting.FETCH, Waiting.LLM, Waiting.RECORD, Waiting.TRANSFER)  # caller input waits
 HOLD_ON_TEXT = "One moment, please."
 GOODBYE_GRACE_S = 0.3  # let the last frame reach the caller before BYE/REFER
+HOLD_UTTERANCE = -2  # the utterance number of hold music frames (no playout events)
+HOLD_AHEAD_FRAMES = 8  # hold music queued ahead of the line (an announcement cuts in within 160 ms)
+FIRST_ANNOUNCEMENT_S = 1.0  # music first, then where the caller is in line
 KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has finished
 SHUTDOWN_S = 1.0  # a stage still busy this long after the call ended is logged and left behind
 PRIVATE_TAIL_S = 1.5  # the caller's side stays out of the recording this long after a card number is taken
@@ -83,6 +88,8 @@ class CallControl(Protocol):
     async def hangup(self) -> None: ...
     async def transfer(self, uri: str) -> bool: ...
     async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool: ...
+    # a wait in a queue of human agents, or None where no contact center is configured
+    def queue_wait(self, queue: str, settings, whisper: str, speak) -> QueueWait | None: ...
 
 
 @dataclass
@@ -148,6 +155,8 @@ class CallSession:
         self.paused = False
         self.marked: str | None = None
         self._supervisor_transfer = False
+        self.queued: QueueWait | None = None  # waiting in a queue of agents: hold music, announcements
+        self._queue_key: str | None = None
         self._speech_gen = 0  # bumped by every interruption: streamed model sentences of an older one are dropped
         self.hearing = hearing or HearingConfig()
         self.listener = Listener(self.hearing)
@@ -305,6 +314,11 @@ class CallSession:
             now = self.events.now()
             if self.bridged:  # a person has the caller now: keep recording, stop listening
                 continue
+            if self.queued is not None:  # on hold: only the keypad (tones too) is heard
+                for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=True)):
+                    if isinstance(outcome, Key):
+                        self._on_key(outcome)
+                continue
             if self._voicemail is not None:
                 self._voicemail.add(line.caller.pcm)
             talking = self.agent_speaking and not self.dialog.finished
@@ -430,6 +444,10 @@ class CallSession:
         if self._voicemail is not None:
             if digit == "#":
                 self._voicemail.finish("pound")
+            return
+        if self.queued is not None:  # in a queue only the callback key means anything
+            if digit == self._queue_key:
+                self.queued.leave("callback")
             return
         self._cancel_no_input()
         if self.dialog.finished or self.held:
@@ -557,6 +575,9 @@ class CallSession:
                     self._supervisor_transfer = False
                     continue
                 await self._decide(self.dialog.on_transfer_failed, caller_input=False)
+            elif isinstance(action, Enqueue):
+                if await self._wait_in_queue(action):
+                    return
             elif isinstance(action, Hangup):
                 await asyncio.sleep(GOODBYE_GRACE_S)
                 self._ending_by = "agent"
@@ -566,6 +587,82 @@ class CallSession:
                 return
             else:  # a new action kind nobody taught this loop: say so instead of dropping it silently
                 self.log.error("unknown_action", action=repr(action))
+
+    async def _wait_in_queue(self, action: Enqueue) -> bool:
+        """Wait in a queue of agents with music and announcements until an agent is connected
+        (True: the call goes on, bridged), or the wait ends otherwise and the flow decides."""
+        settings = action.settings
+        self._ending_by = "transfer"
+        wait = self.control.queue_wait(action.queue, settings, action.whisper, self._brief)
+        if wait is None:
+            self.log.error("queue_unavailable", queue=action.queue,
+                           error="no contact_center in the server config: nobody can answer a queue")
+            result = "unavailable"
+        else:
+            self.queued, self._queue_key = wait.start(), settings.callback_key
+            music = self._keep(asyncio.create_task(self._hold_music(), name="hold_music"))
+            announcer = self._keep(asyncio.create_task(self._announce(wait, settings), name="queue_announcer"))
+            try:
+                async with asyncio.timeout(settings.max_wait_s):
+                    result = await asyncio.shield(wait.result)
+            except TimeoutError:
+                wait.leave("timeout")
+                result = "timeout"
+            finally:
+                announcer.cancel()
+                music.cancel()
+                if not wait.result.done():  # the call ended while waiting: the caller hung up
+                    wait.leave("abandoned")
+                self.queued = self._queue_key = None
+            if self.speech is not None:  # an announcement cut short by the end of the wait
+                self.interrupt(reason="queue", emit=False)
+            self.bridge.flush()
+        self.dialog.variables["queue_result"] = result
+        if result == "answered":
+            self.result.transferred_to = f"queue:{action.queue}/{wait.agent.name}"
+            self.events.emit(ev.TRANSFER, to=wait.agent.uri, queue=action.queue, agent=wait.agent.name,
+                             mode="queue", accepted=True)
+            self.bridged = True
+            return True
+        self._ending_by = None
+        await self._decide(lambda: self.dialog.on_queue_left(result), caller_input=False)
+        return False
+
+    async def _hold_music(self) -> None:
+        """The music loop, a few frames ahead of the line; quiet while an announcement plays."""
+        from callcenter.voice.hold_music import hold_music
+
+        settings = self.queued.settings
+        pcm = RECORDED.get(settings.music) if settings.music != "generated" else None
+        frames = list(frames_from_pcm(pcm or hold_music()))
+        i = 0
+        while True:
+            if self.speech is None and self.bridge.queued_frames < HOLD_AHEAD_FRAMES:
+                for _ in range(HOLD_AHEAD_FRAMES - self.bridge.queued_frames):
+                    self.bridge.play(frames[i % len(frames)], HOLD_UTTERANCE)
+                    i += 1
+            await asyncio.sleep(0.06)
+
+    async def _announce(self, wait: QueueWait, settings) -> None:
+        """Position and expected wait: soon after joining, then every announce_every_s."""
+        first = True
+        await asyncio.sleep(FIRST_ANNOUNCEMENT_S)
+        while settings.announce_every_s or first:
+            place, total, wait_s = wait.position()
+            if place:
+                self.dialog.variables.update(queue_position=place, queue_wait_s=round(wait_s),
+                                             queue_wait_minutes=max(1, round(wait_s / 60)))
+                self.events.emit(ev.QUEUE, what="position", queue=wait.queue, position=place, waiting=total,
+                                 expected_wait_s=round(wait_s))
+                text = self.dialog.render(settings.announcement)
+                if first and settings.callback_key:
+                    text += " " + settings.callback_offer
+                self.bridge.flush()  # the music stops for the announcement
+                await self._say(text)
+            first = False
+            if not settings.announce_every_s:
+                return
+            await asyncio.sleep(settings.announce_every_s)
 
     def _new_speech(self, text: str = "", voice=None, private: bool = False) -> Speech:
         self._speeches += 1

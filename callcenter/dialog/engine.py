@@ -22,7 +22,8 @@ from callcenter.errors import CallcenterError
 from callcenter.text.digits import spoken_digits
 from callcenter.text.expecting import Expecting
 from callcenter.dialog.expr import ExprError, parse_expr, render
-from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, SayNode,
+from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, QueueSettings,
+                                    SayNode,
                                     SetNode, Slot, TransferNode, VoicemailNode, WebhookNode, sensitive_variables,
                                     trusted_variables)
 from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
@@ -65,6 +66,15 @@ class Transfer:
     mode: str = "blind"  # blind (REFER) | warm (the agent briefs the person, then bridges)
     summary: str | None = None
     ring_s: float = 20.0
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """Wait in a queue of human agents (hold music, announcements) until one answers; answer with
+    `Dialog.on_queue_left` if the caller leaves it unanswered."""
+    queue: str
+    settings: QueueSettings
+    whisper: str  # spoken to the agent alone before the caller is connected
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,7 @@ class Record:
     beep: bool
 
 
-Action = Say | Silence | Listen | Transfer | Hangup | Fetch | Think | Record
+Action = Say | Silence | Listen | Transfer | Enqueue | Hangup | Fetch | Think | Record
 
 
 @dataclass(frozen=True)
@@ -351,10 +361,15 @@ class Dialog:
                 if node.text:
                     actions.append(self._say(node.text, node, recorded=True))
                 to = node.to or self.flow.queues[node.queue]
-                actions.append(Transfer(to) if node.mode == "blind" else
-                               Transfer(to, "warm", self.render(node.summary, node.reveal), node.ring_s))
+                if isinstance(to, QueueSettings):
+                    self.variables["queue"] = node.queue
+                    self.variables["triage"] = self.triage()
+                    actions.append(Enqueue(node.queue, to, self.render(to.whisper)))
+                else:
+                    actions.append(Transfer(to) if node.mode == "blind" else
+                                   Transfer(to, "warm", self.render(node.summary, node.reveal), node.ring_s))
                 self.waiting = Waiting.TRANSFER
-                self.finished = node.on_failure is None
+                self.finished = not (node.on_failure or (node.queue and (node.on_timeout or node.on_callback)))
             elif isinstance(node, HangupNode):
                 if node.text:
                     actions.append(self._say(node.text, node, recorded=True))
@@ -700,6 +715,37 @@ class Dialog:
         self.variables["voicemail_s"] = round(seconds, 1)
         self.last_decision = Decision(self.node_name, None, 1.0, "voicemail", detail={"seconds": round(seconds, 1)})
         return self._enter(node.next)
+
+    def triage(self) -> str:
+        """What the flow learnt, in a sentence or two for the agent who takes the call: the caller's
+        intent and the slots they gave (sensitive ones left out)."""
+        parts = []
+        intent = self.variables.get("last_intent")
+        if intent:
+            parts.append(f"They asked about {str(intent).replace('_', ' ')}.")
+        slots = [n for node in self.flow.nodes.values() if isinstance(node, (AskNode, LlmNode)) for n in node.slots]
+        for name in dict.fromkeys(slots):
+            value = self.variables.get(name)
+            if value in (None, "") or name in self.sensitive:
+                continue
+            parts.append(f"{name.replace('_', ' ')}: {value}.")
+        return " ".join(parts) or "No details yet."
+
+    def on_queue_left(self, result: str) -> list[Action]:
+        """The caller left a queue of agents unanswered: `timeout` (its max_wait_s) goes to the
+        node's on_timeout, `callback` (the caller pressed the callback key) to on_callback, anything
+        else (no agent reachable) to on_failure; each falls back to on_failure, then to hanging up."""
+        node = self.node
+        self.variables["queue_result"] = result
+        target = None
+        if isinstance(node, TransferNode):
+            target = {"timeout": node.on_timeout, "callback": node.on_callback}.get(result) or node.on_failure
+        if target is None:
+            self.finished = True
+            return [Hangup()]
+        self.finished = False
+        self.last_decision = Decision(self.node_name, None, 0.0, f"queue_{result}")
+        return self._enter(target)
 
     def on_transfer_failed(self) -> list[Action]:
         node = self.node

@@ -32,7 +32,8 @@ SIP_URI = re.compile(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$")
 BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
                      "open", "closed", "holiday",
                      "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
-                     "voicemail_path", "voicemail_s")
+                     "voicemail_path", "voicemail_s", "queue", "queue_position", "queue_wait_minutes",
+                     "queue_wait_s", "queue_result", "triage")
 SlotType = Literal["digits", "number", "yes_no", "date", "time", "currency", "text"]
 assert set(SlotType.__args__) == set(SLOT_TYPES)
 
@@ -318,6 +319,58 @@ class LlmNode(_Asks):
     next: str | None = Field(None, description="Node after an answer when there are no choices.")
 
 
+QUEUE_STRATEGIES = ("longest_idle", "round_robin", "ring_all")
+AGENT_NAME = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
+
+
+class QueueSettings(_Strict):
+    """A queue of callers waiting for human agents (the agents themselves are in the server's
+    config, `contact_center.agents`, shared by every worker)."""
+    agents: list[str] = Field(default_factory=list, description="Agents (by name) who take this queue's calls.")
+    skills: list[str] = Field(default_factory=list, description="...and any agent with one of these skills.")
+    strategy: Literal["longest_idle", "round_robin", "ring_all"] = Field(
+        "longest_idle", description="longest_idle: the free agent idle longest; round_robin: the free agent rung "
+                                    "least recently; ring_all: every free agent at once, the first to answer "
+                                    "takes the call.")
+    ring_timeout_s: float = Field(15, ge=3, le=120, description="How long one agent's phone rings before the "
+                                                                "next agent is tried.")
+    wrap_up_s: float = Field(10, ge=0, le=600, description="After a call the agent gets this long before the next.")
+    music: str = Field("generated", description="Hold music: 'generated' (made here, band-limited for the "
+                                                "phone line) or a WAV file relative to the flow file.")
+    announce_every_s: float = Field(30, ge=0, le=600, description="Position and expected wait are announced "
+                                                                  "this often (0: never); the first on joining.")
+    announcement: str = Field("You are number {queue_position} in line. The expected wait is about "
+                              "{queue_wait_minutes} minutes.", description="A template; queue_position and "
+                                                                           "queue_wait_minutes are set.")
+    max_wait_s: float = Field(300, ge=5, le=7200, description="After this the caller goes to the transfer "
+                                                              "node's on_timeout (or on_failure).")
+    service_level_s: float = Field(20, ge=1, le=3600, description="Calls answered within this count toward "
+                                                                  "the service level the console shows.")
+    callback_key: str | None = Field("1", description="A key the caller may press to leave the queue for the "
+                                                      "transfer node's on_callback (none: off).")
+    callback_offer: str = Field("Or press 1 at any time to leave your number, and we will call you back.",
+                                description="Said after the first announcement when callback_key is set.")
+    whisper: str = Field("A caller for {queue}. {triage}", description="Spoken to the agent alone when they "
+                                                                     "answer, before the caller is connected "
+                                                                     "(a template; triage: intent and slots).")
+
+    _key = field_validator("callback_key")(lambda cls, v: _keypad(v))
+
+    @field_validator("agents")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not AGENT_NAME.match(name):
+                raise ValueError(f"agent name {name!r}: letters, digits and . _ + - only")
+        return v
+
+    @model_validator(mode="after")
+    def _someone(self):
+        if not self.agents and not self.skills:
+            raise ValueError("a queue needs agents or skills (who answers it?)")
+        return self
+
+
 class TransferNode(_Speaks):
     type: Literal["transfer"]
     text: str | None = Field(None, description="Announced to the caller before the transfer (a template).")
@@ -332,6 +385,12 @@ class TransferNode(_Speaks):
     ring_s: float = Field(20, gt=0, le=120, description="warm: how long to wait for the person to answer.")
     on_failure: str | None = Field(None, description="Node when the transfer fails (refused, no answer; "
                                                      "default: hang up).")
+    on_timeout: str | None = Field(None, description="A queue of agents: node after the queue's max_wait_s "
+                                                     "(voicemail, a callback offer, another queue); default "
+                                                     "on_failure.")
+    on_callback: str | None = Field(None, description="A queue of agents: node when the caller presses the "
+                                                      "queue's callback_key (e.g. ask for a number, then "
+                                                      "hang up); default on_failure.")
 
     @field_validator("to")
     @classmethod
@@ -472,8 +531,11 @@ class Trouble(_Strict):
 
 
 def trouble_destination(flow: "Flow") -> str | None:
+    """The SIP URI trouble transfers to (a queue of agents needs a working voice and recognizer to
+    wait in, so trouble never goes to one; the checker refuses it)."""
     to = flow.trouble.transfer_to
-    return flow.queues.get(to, to) if to is not None else None
+    to = flow.queues.get(to, to) if to is not None else None
+    return to if isinstance(to, str) else None
 
 
 class LlmProviderConfig(_Strict):
@@ -505,7 +567,9 @@ class Flow(_Strict):
                                                                   description="Variables and their starting values.")
     env: list[str] = Field(default_factory=list, description="Environment variables readable as variables "
                                                              "(API tokens for webhooks); never logged.")
-    queues: dict[str, str] = Field(default_factory=dict, description="Named transfer destinations: SIP URIs.")
+    queues: dict[str, str | QueueSettings] = Field(
+        default_factory=dict, description="Named transfer destinations: a SIP URI, or a queue of human agents "
+                                          "(hold music, announcements, agents rung by strategy).")
     llm: dict[str, LlmProviderConfig] = Field(default_factory=lambda: {"default": LlmProviderConfig()},
                                               description="LLM providers by name; llm nodes pick one.")
     hours: Hours | None = Field(None, description="Opening hours and holidays in a time zone; conditions read "
@@ -537,7 +601,8 @@ class Flow(_Strict):
     @classmethod
     def _queues(cls, v: dict) -> dict:
         for uri in v.values():
-            _uri(uri)
+            if isinstance(uri, str):
+                _uri(uri)
         return v
 
     @field_validator("llm")
@@ -550,7 +615,7 @@ class Flow(_Strict):
 def targets(node) -> list[tuple[tuple, str]]:
     """(key path inside the node, target node name) for every reference a node makes."""
     refs: list[tuple[tuple, str]] = []
-    for key in ("next", "on_failure", "on_missing"):
+    for key in ("next", "on_failure", "on_missing", "on_timeout", "on_callback"):
         target = getattr(node, key, None)
         if isinstance(target, str):
             refs.append(((key,), target))
@@ -725,6 +790,10 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
     to = flow.trouble.transfer_to
     if to is not None and to not in flow.queues and not re.match(r"^(sips?|tel):", to):
         problems.append((("trouble", "transfer_to"), f"{to!r} is neither a SIP URI nor one of the flow's queues"))
+    elif to is not None and isinstance(flow.queues.get(to), QueueSettings):
+        problems.append((("trouble", "transfer_to"), f"{to!r} is a queue of agents: trouble needs a SIP URI "
+                                                       "(a caller cannot wait in a queue while the agent is failing)"))
+
     known = defined_variables(flow) | set(extra_variables)
     sensitive = sensitive_variables(flow)
     trusted = trusted_variables(flow)
@@ -986,11 +1055,12 @@ def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
     """Each node's `audio` file exists and decodes (any WAV encoding, any rate); its path becomes
     absolute, and the audio is loaded once, at 8 kHz, into the prompt store."""
     problems = []
+    from callcenter.audio.wavfile import AudioFileError, read_wav
+
     for name, node in flow.nodes.items():
         audio = getattr(node, "audio", None)
         if audio is None:
             continue
-        from callcenter.audio.wavfile import AudioFileError, read_wav  # (only flows with recordings)
 
         path = (base / audio).resolve()
         try:
@@ -1004,6 +1074,20 @@ def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
                                                         f"(0.1 to {MAX_PROMPT_S} s)"))
             continue
         node.audio = str(path)
+        RECORDED[str(path)] = pcm
+    for qname, q in flow.queues.items():
+        if not isinstance(q, QueueSettings) or q.music == "generated":
+            continue
+        path = (base / q.music).resolve()
+        try:
+            pcm = read_wav(path)
+        except AudioFileError as exc:
+            problems.append((("queues", qname, "music"), f"hold music: {exc}"))
+            continue
+        if len(pcm) < 16000:
+            problems.append((("queues", qname, "music"), f"hold music {q.music!r} is shorter than a second"))
+            continue
+        q.music = str(path)
         RECORDED[str(path)] = pcm
     return problems
 

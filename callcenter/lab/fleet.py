@@ -18,7 +18,7 @@ class Fleet:
     test and `bench call --workers N` run. Callers dial `uri` (the balancer)."""
 
     def __init__(self, workdir: Path, flow: str | Path, workers: int, sip_port: int, balancer_port: int,
-                 rtp_port: int = 31000, extra_config: str = ""):
+                 rtp_port: int = 31000, extra_config: str = "", agents: dict[str, str] | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.flow = str(flow)
@@ -31,6 +31,7 @@ class Fleet:
                                f"max_calls: 4\nrecordings: {self.recordings}\n" + extra_config)
         self.log_path = self.dir / "workers.log"
         self.kamailio_log = self.dir / "kamailio.log"
+        self.agents = agents or {}  # human agents (user -> password) who register with the Kamailio
         self.uri = f"sip:agent@127.0.0.1:{balancer_port}"
         self.pool: subprocess.Popen | None = None
         self.kamailio: subprocess.Popen | None = None
@@ -47,7 +48,8 @@ class Fleet:
         from callcenter.telephony.kamailio import write_kamailio_config
 
         cfg = write_kamailio_config(self.dir / "kamailio", f"127.0.0.1:{self.balancer_port}",
-                                    worker_uris(load_server_config(self.config), self.workers))
+                                    worker_uris(load_server_config(self.config), self.workers),
+                                    agents=self.agents)
         self.kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(self.dir / "kam.pid")],
                                          stdout=subprocess.DEVNULL, stderr=open(self.kamailio_log, "wb"))
         time.sleep(2.0)

@@ -50,7 +50,10 @@ def caller_audio(speech_wavs: list[Path], out: Path, lead_s: float, gap_s: float
 class Softphone:
     """One baresip process placing one call."""
 
-    def __init__(self, workdir: Path, mic_wav: Path, user: str = "caller"):
+    def __init__(self, workdir: Path, mic_wav: Path, user: str = "caller", registrar: str | None = None,
+                 password: str | None = None, answer: bool = True):
+        """A caller's phone, or with `registrar` (host:port) a human agent's: it registers there as
+        `user` (digest `password`) and answers every call at once (`answer=False`: lets it ring)."""
         if not shutil.which("baresip"):
             raise SoftphoneError("baresip is not installed (apt-get install baresip-core)")
         self.dir = Path(workdir)
@@ -61,10 +64,34 @@ class Softphone:
             f"audio_source aufile,{Path(mic_wav).resolve()}\naudio_alert aubridge,nil\n"
             f"net_interface 127.0.0.1\nmodule_path {_module_dir()}\n{mods}\nsnd_path {self.dir.resolve()}\n"
         )
-        (self.dir / "accounts").write_text(f"<sip:{user}@127.0.0.1>;regint=0\n")
+        if registrar:
+            (self.dir / "accounts").write_text(
+                f"<sip:{user}@{registrar}>;auth_pass={password};answermode={'auto' if answer else 'manual'};"
+                f"regint=600\n")
+        else:
+            (self.dir / "accounts").write_text(f"<sip:{user}@127.0.0.1>;regint=0\n")
         self.log_path = self.dir / "baresip.log"
         self.proc: subprocess.Popen | None = None
         self.dialed_at: float | None = None
+
+    def start(self) -> "Softphone":
+        """Run the phone without dialling (an agent's phone, waiting for calls)."""
+        self.proc = subprocess.Popen(
+            ["baresip", "-f", str(self.dir)], stdin=subprocess.PIPE, stdout=open(self.log_path, "wb"),
+            stderr=subprocess.STDOUT, cwd=self.dir,
+        )
+        self._wait_log("baresip is ready", 10)
+        return self
+
+    def wait_registered(self, timeout: float = 10) -> bool:
+        return self._wait_log("200 OK", timeout)
+
+    def calls_answered(self) -> int:
+        return self.log().count("Call established")
+
+    def received_wavs(self) -> list[Path]:
+        """What this phone heard, one file per call."""
+        return sorted(self.dir.glob("dump-*-dec.wav"))
 
     def dial(self, uri: str) -> None:
         self.proc = subprocess.Popen(

@@ -11,6 +11,12 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
   recordings' JSONL) and a `{"type": "calls", "calls": [...]}` table once a second.
 - `POST /api/calls/{id}/{action}` — `say {"text"}` (the agent speaks the sentence in the call's voice),
   `take_over`, `release`, `pause`, `resume`, `transfer {"to"}`, `hangup`, `mark {"note"}`.
+- `GET  /api/queues` — with a contact center: every queue (waiting, longest wait, agents available,
+  busy and paused, answered, abandoned, timed out and called back today, service level) and every
+  human agent (state, reason, time in state). The WebSocket sends it as `{"type": "queues", ...}`
+  with the calls table.
+- `POST /api/agents/{name}/{action}` — `login`, `logout`, `pause {"reason"}`, `resume` (409 while the
+  agent rings or talks); sent to consoles as an `agent_state` event.
 - `GET  /api/flows` — the flow being served: name, version, digest, the checker's errors of a rejected edit.
 - `GET  /api/recordings[?limit=N]`, `GET /api/recordings/{day}/{name}` (events),
   `GET /api/recordings/{day}/{name}.wav` — past calls.
@@ -47,6 +53,19 @@ _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 EVENTS_PATH = "/api/events"
 METRICS_PATH = "/metrics"  # Prometheus text format (callcenter/metrics.py)
 ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark")
+
+
+async def _json_body(request: web.Request) -> dict | web.Response:
+    """The request's JSON object (empty without a body), or the 400 to answer."""
+    try:
+        body = await request.json() if request.can_read_body else {}
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+    except ValueError as exc:
+        return web.json_response({"error": f"bad JSON body: {exc}"}, status=400)
+    except RecursionError:
+        return web.json_response({"error": "bad JSON body: nested too deeply"}, status=400)
+    return {k: _clean(v) for k, v in body.items()}
 
 
 def control_token(control: Control, recordings: Path) -> str:
@@ -106,6 +125,8 @@ class ControlApi:
         app.router.add_get("/api/calls", self._calls)
         app.router.add_get(EVENTS_PATH, self._events)
         app.router.add_post("/api/calls/{call_id}/{action}", self._action)
+        app.router.add_get("/api/queues", self._queues)
+        app.router.add_post("/api/agents/{name}/{action}", self._agent_action)
         app.router.add_get("/api/flows", self._flows)
         app.router.add_get("/api/recordings", self._recordings)
         app.router.add_get("/api/recordings/{day}/{name}", self._recording)
@@ -146,6 +167,8 @@ class ControlApi:
             await asyncio.sleep(TABLE_EVERY_S)
             if self._clients:
                 self._broadcast({"type": "calls", "calls": self._table_rows()})
+                if self.agent.queues is not None:
+                    self._broadcast({"type": "queues", **self._queue_board()})
 
     # ------------------------------------------------------------ auth
     @web.middleware
@@ -173,6 +196,43 @@ class ControlApi:
     # ------------------------------------------------------------ calls
     def _table_rows(self) -> list[dict]:
         return [call_row(live) for live in list(self.agent.live.values())]
+
+    # ------------------------------------------------------------ queues and agents
+    def _queue_board(self) -> dict:
+        queues, agents = self.agent.queues.snapshot()
+        now = time.time()
+        return {"queues": [q.as_dict() for q in queues],
+                "agents": [{"name": a.name, "state": a.state.value, "reason": a.reason, "uri": a.uri,
+                            "skills": list(a.skills), "in_state_s": round(now - a.since, 1), "call_id": a.call_id}
+                           for a in agents]}
+
+    async def _queues(self, request: web.Request) -> web.Response:
+        if self.agent.queues is None:
+            return web.json_response({"error": "no contact_center in this server's config"}, status=404)
+        return web.json_response(self._queue_board())
+
+    async def _agent_action(self, request: web.Request) -> web.Response:
+        """`login`, `logout`, `pause {"reason"}`, `resume` for a human agent (the shared store:
+        every worker sees it at once)."""
+        from callcenter.call.queues import QueueStoreError
+
+        if self.agent.queues is None:
+            return web.json_response({"error": "no contact_center in this server's config"}, status=404)
+        name, action = request.match_info["name"], request.match_info["action"]
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        reason = str(body.get("reason", ""))[:100]
+        try:
+            agent = self.agent.queues.set_agent_state(name, action, reason)
+        except QueueStoreError as exc:
+            status = 404 if "no agent" in str(exc) or "unknown agent action" in str(exc) else 409
+            return web.json_response({"error": str(exc)}, status=status)
+        event = {"kind": "agent_state", "agent": name, "state": agent.state.value, "reason": agent.reason,
+                 "by": "supervisor", "t_wall": round(time.time(), 3)}
+        log.info("agent_state", agent=name, state=agent.state.value, reason=agent.reason, action=action)
+        self._broadcast({"type": "event", "event": event})
+        return web.json_response({"ok": True, "agent": name, "state": agent.state.value})
 
     async def _calls(self, request: web.Request) -> web.Response:
         return web.json_response({"calls": self._table_rows()})
@@ -211,15 +271,9 @@ class ControlApi:
             return web.json_response({"error": f"no live call {call_id!r}"}, status=404)
         if action not in ACTIONS:
             return web.json_response({"error": f"unknown action {action!r}; one of {', '.join(ACTIONS)}"}, status=404)
-        try:
-            body = await request.json() if request.can_read_body else {}
-            if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
-        except ValueError as exc:
-            return web.json_response({"error": f"bad JSON body: {exc}"}, status=400)
-        except RecursionError:
-            return web.json_response({"error": "bad JSON body: nested too deeply"}, status=400)
-        body = {k: _clean(v) for k, v in body.items()}
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
         session = live.session
         if action == "say":
             text = str(body.get("text", "")).strip()

@@ -3,7 +3,8 @@
 One table of every live call on every connected agent server; the selected call's live transcript
 and a latency waterfall of its turns (which stage made the caller wait); the floor's aggregates; and
 actions on the selected call: say a sentence in the call's voice, take over / release, pause,
-transfer, hang up, mark for review. Past calls and the served flows are a key press away.
+transfer, hang up, mark for review. Past calls, the served flows and the contact center's queues and
+human agents (`Q`: log in, log out, pause with a reason, resume) are a key press away.
 
 Server traffic arrives as Textual messages. Bursts collapse: a newer calls table replaces a queued
 one from the same server, and a newer partial transcript replaces a queued partial of the same call
@@ -94,6 +95,17 @@ class CallsUpdated(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, CallsUpdated) and message.server == self.server
+
+
+class QueuesUpdated(Message):
+    """A server's queues and human agents (sent once a second): the newest replaces a queued one."""
+
+    def __init__(self, server: str, board: dict):
+        super().__init__()
+        self.server, self.board = server, board
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, QueuesUpdated) and message.server == self.server
 
 
 class EventArrived(Message):
@@ -245,6 +257,112 @@ class FlowsScreen(Screen):
                     log.write(problem)
 
 
+QUEUE_COLUMNS = ("queue", "waiting", "longest", "avail", "busy", "paused", "SL", "answered", "abandoned")
+AGENT_COLUMNS = ("agent", "state", "for", "reason / call")
+AGENT_STYLE = {"available": "green", "ringing": "bold magenta", "on_call": "bold cyan", "wrap_up": "cyan",
+               "paused": "yellow", "logged_out": "dim"}
+
+
+def _mmss(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def queue_cells(q: dict) -> list:
+    sl = q.get("service_level")
+    sl_text = Text("—" if sl is None else f"{sl * 100:.0f}%", style="" if sl is None or sl >= 0.8 else "bold red")
+    longest = Text(_mmss(q.get("longest_wait_s", 0)),
+                   style="bold red" if q.get("waiting") and q.get("longest_wait_s", 0) > q.get("service_level_s", 20)
+                   else "")
+    return [q["name"], str(q.get("waiting", 0)), longest, str(q.get("available", 0)), str(q.get("busy", 0)),
+            str(q.get("paused", 0)), sl_text, str(q.get("answered_today", 0)),
+            str(q.get("abandoned_today", 0) + q.get("timed_out_today", 0))]
+
+
+def agent_cells(a: dict) -> list:
+    state = a.get("state", "")
+    detail = a.get("reason") or (a.get("call_id") or "")
+    return [a["name"], Text(state.replace("_", " "), style=AGENT_STYLE.get(state, "")), _mmss(a.get("in_state_s", 0)),
+            detail]
+
+
+def queue_alerts(board: dict) -> list[str]:
+    """Callers waiting past their queue's service level."""
+    return [f"{q['name']}: {q['waiting']} waiting, longest {_mmss(q['longest_wait_s'])} (SL {q['service_level_s']:.0f} s)"
+            for q in board.get("queues", []) if q.get("waiting") and q.get("longest_wait_s", 0) > q.get("service_level_s", 20)]
+
+
+class QueuesScreen(Screen):
+    """The contact center: every queue's figures and every human agent's state, with the agent
+    actions (log in, log out, pause with a reason, resume)."""
+    BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("i", "agent('login')", "Log in"),
+                Binding("o", "agent('logout')", "Log out"), Binding("p", "pause", "Pause"),
+                Binding("u", "agent('resume')", "Resume")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="queues", cursor_type="none", zebra_stripes=True)
+        yield DataTable(id="agents", cursor_type="row", zebra_stripes=True)
+        yield Static(id="queue-alerts")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#queues", DataTable).border_title = "queues"
+        self.query_one("#agents", DataTable).border_title = "agents"
+        for table_id, columns in (("#queues", QUEUE_COLUMNS), ("#agents", AGENT_COLUMNS)):
+            table = self.query_one(table_id, DataTable)
+            for name in columns:
+                table.add_column(name, key=name)
+        self.query_one("#queues", DataTable).can_focus = False
+        self.query_one("#agents", DataTable).focus()
+        self.draw()
+
+    def draw(self) -> None:
+        board = self.app.floor_queues
+        for table_id, rows, cells, key in (("#queues", board.get("queues", []), queue_cells, "name"),
+                                           ("#agents", board.get("agents", []), agent_cells, "name")):
+            table = self.query_one(table_id, DataTable)
+            keys = {r[key] for r in rows}
+            for row_key in list(table.rows):
+                if row_key.value not in keys:
+                    table.remove_row(row_key)
+            columns = QUEUE_COLUMNS if table_id == "#queues" else AGENT_COLUMNS
+            for r in rows:
+                values = cells(r)
+                if r[key] in table.rows:
+                    for name, value in zip(columns, values):
+                        table.update_cell(r[key], name, value)
+                else:
+                    table.add_row(*values, key=r[key])
+        alerts = queue_alerts(board)
+        self.query_one("#queue-alerts", Static).update(
+            Text("  ".join(alerts), style="bold red") if alerts else Text("no alerts", style="dim"))
+
+    def _agent(self) -> str | None:
+        table = self.query_one("#agents", DataTable)
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    async def action_agent(self, action: str, reason: str = "") -> None:
+        name = self._agent()
+        server = self.app.queue_server
+        if name is None or server is None:
+            self.notify("no agent selected", severity="warning")
+            return
+        try:
+            await server.post(f"/api/agents/{name}/{action}", {"reason": reason} if reason else {})
+            self.notify(f"{name}: {action}")
+        except Exception as exc:
+            self.notify(f"{name}: {exc}", severity="error")
+
+    def action_pause(self) -> None:
+        def then(reason: str | None) -> None:
+            if reason is not None:
+                self.run_worker(self.action_agent("pause", reason or "break"))
+        self.app.push_screen(AskText("Pause: reason", "break, lunch, training…"), then)
+
+
 class SupervisorApp(App):
     TITLE = "callcenter supervisor"
     CSS = """
@@ -257,6 +375,9 @@ class SupervisorApp(App):
     #ask { width: 70; height: auto; border: thick $primary; background: $surface; padding: 1 2; }
     #recordings { height: 1fr; }
     #recording-transcript { height: 1fr; border: round $primary; }
+    #queues { height: auto; max-height: 45%; border: round $primary; }
+    #agents { height: 1fr; border: round $secondary; }
+    #queue-alerts { height: 1; padding: 0 1; }
     """
     BINDINGS = [
         Binding("s", "say", "Say"),
@@ -268,6 +389,7 @@ class SupervisorApp(App):
         Binding("m", "mark", "Mark"),
         Binding("R", "recordings", "Recordings"),
         Binding("F", "flows", "Flows"),
+        Binding("Q", "queues", "Queues"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -278,6 +400,8 @@ class SupervisorApp(App):
         self.floor = Floor(today)
         self.selected: str | None = None
         self._connect = connect
+        self.floor_queues: dict = {}  # the contact center's queues and agents (the latest board)
+        self.queue_server: Server | None = None  # where agent actions go (every worker shares the store)
 
     # ---- layout
     def compose(self) -> ComposeResult:
@@ -318,6 +442,8 @@ class SupervisorApp(App):
                                 self.post_message(EventArrived(server.url, data["event"]))
                             elif kind == "calls":
                                 self.post_message(CallsUpdated(server.url, data["calls"]))
+                            elif kind == "queues":
+                                self.post_message(QueuesUpdated(server.url, data))
                             elif kind == "hello":
                                 self.post_message(Hello(server.url, data))
                                 self.run_worker(self._recorded(server))
@@ -354,6 +480,13 @@ class SupervisorApp(App):
         self._draw_table()
         self._draw_stats()
 
+    def on_queues_updated(self, message: QueuesUpdated) -> None:
+        self.floor_queues = {"queues": message.board.get("queues", []), "agents": message.board.get("agents", [])}
+        self.queue_server = self.by_url.get(message.server, self.queue_server)
+        if isinstance(self.screen, QueuesScreen):
+            self.screen.draw()
+        self._draw_stats()
+
     def on_event_arrived(self, message: EventArrived) -> None:
         view = self.floor.event(message.server, message.event)
         if view.key == self.selected:
@@ -382,8 +515,18 @@ class SupervisorApp(App):
             self.selected = None
             self._draw_detail()
 
-    @staticmethod
-    def _cells(view) -> list:
+    def _widths(self) -> tuple[int, int, int, int]:
+        """(caller, flow / node, state, intent) widths: the narrow console keeps the table on one
+        screen; from 120 columns nothing a supervisor reads is cut."""
+        width = self.size.width
+        if width >= 140:
+            return 26, 34, 14, 22
+        if width >= 120:
+            return 22, 28, 14, 16
+        return 15, 18, 11, 9
+
+    def _cells(self, view) -> list:
+        w_caller, w_flow, w_state, w_intent = self._widths()
         row = view.row
         levels = row.get("levels", {})
         state = row.get("state", "")
@@ -392,11 +535,11 @@ class SupervisorApp(App):
         seconds = int(row.get("duration_s", 0))
         marked = " ✎" if row.get("marked") else ""
         return [
-            Text(caller_label(row)[:15]),
-            Text(f"{row.get('flow', '')}/{row.get('node', '')}"[:18]),
-            Text((state + marked)[:11], style=style),
+            Text(caller_label(row)[:w_caller]),
+            Text(f"{row.get('flow', '')}/{row.get('node', '')}"[:w_flow]),
+            Text((state + marked)[:w_state], style=style),
             f"{seconds // 60}:{seconds % 60:02d}",
-            str(row.get("last_intent") or "—")[:9],
+            str(row.get("last_intent") or "—")[:w_intent],
             Text.assemble(_meter(levels.get("caller_db", -96)), " ", _meter(levels.get("agent_db", -96))),
         ]
 
@@ -407,6 +550,11 @@ class SupervisorApp(App):
         servers = f"{len(self.floor.servers) - len(down)}/{len(self.servers)} servers"
         text = Text(f"now {a['now']}  today {a['today']}  v2v p50/p95 {v2v}  transfers {a['transfers']}  "
                     f"abandoned {a['abandoned']}  {servers}")
+        if self.floor_queues.get("queues"):
+            waiting = sum(q.get("waiting", 0) for q in self.floor_queues["queues"])
+            free = sum(a.get("state") == "available" for a in self.floor_queues.get("agents", []))
+            text.append(f"  queued {waiting}  agents free {free}",
+                        style="bold red" if queue_alerts(self.floor_queues) else "")
         if down:
             text.append(f"  {down[0]}: {self.floor.servers[down[0]]}", style="bold red")
         self.query_one("#stats", Static).update(text)
@@ -494,6 +642,9 @@ class SupervisorApp(App):
 
     def action_recordings(self) -> None:
         self.push_screen(RecordingsScreen())
+
+    def action_queues(self) -> None:
+        self.push_screen(QueuesScreen())
 
     def action_flows(self) -> None:
         self.push_screen(FlowsScreen())

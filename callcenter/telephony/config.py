@@ -120,6 +120,47 @@ class WebRtc(_Strict):
         return networks(v)
 
 
+AGENT_NAME = r"^[A-Za-z0-9._+-]{1,64}$"
+
+
+class HumanAgent(_Strict):
+    """A person who takes calls from queues, on a SIP phone."""
+    name: str = Field(pattern=AGENT_NAME, description="how queues name them; also their SIP user at the registrar")
+    uri: str | None = Field(None, description="a fixed SIP URI to ring (a desk phone, a PBX extension); absent: "
+                                              "sip:<name>@<registrar>, where their softphone registers")
+    skills: list[str] = Field(default_factory=list, description="queues with one of these skills ring them")
+    logged_in: bool = Field(True, description="logged in when first seen (later their own login/logout holds)")
+
+    @field_validator("uri")
+    @classmethod
+    def _sip(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("sip:", "sips:")):
+            raise ValueError(f"uri must be a SIP URI (sip:alice@192.0.2.10:5060), got {v!r}")
+        return v
+
+
+class ContactCenter(_Strict):
+    """Queues of human agents, shared by every worker (flows name the queues; see QueueSettings)."""
+    store: Path | None = Field(None, description="the SQLite database every worker shares (WAL mode, a local "
+                                                 "path); default <recordings>/queues.db")
+    registrar: str | None = Field(None, description="host:port where agents' softphones register (the "
+                                                    "project's Kamailio); agents without a uri are rung there")
+    agents: list[HumanAgent] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> "ContactCenter":
+        names = [a.name for a in self.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        lost = [a.name for a in self.agents if a.uri is None and self.registrar is None]
+        if lost:
+            raise ValueError(f"agents {lost} have no uri and there is no registrar to ring them at")
+        return self
+
+    def uri_of(self, agent: HumanAgent) -> str:
+        return agent.uri or f"sip:{agent.name}@{self.registrar}"
+
+
 class ServerConfig(_Strict):
     """The whole `serve` config (sip.yaml): SIP, media, WebRTC, control API, recordings, limits."""
 
@@ -149,6 +190,7 @@ class ServerConfig(_Strict):
     retention_days: float | None = Field(None, gt=0, le=36500,
                                          description="delete recordings, transcripts and voicemail older than "
                                                      "this many days, at start and once a day; absent: keep all")
+    contact_center: ContactCenter | None = Field(None, description="queues of human agents; off when absent")
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")

@@ -107,7 +107,7 @@ request_route {{
         if (t_check_trans()) t_relay();
         exit;
     }}
-    if (!is_method("INVITE|OPTIONS")) {{
+{registrar_block}    if (!is_method("INVITE|OPTIONS")) {{
         sl_send_reply("405", "Method Not Allowed");
         exit;
     }}
@@ -127,7 +127,7 @@ request_route {{
     exit;
 }}
 
-{auth_events}failure_route[NEXT_WORKER] {{
+{registrar_route}{auth_events}failure_route[NEXT_WORKER] {{
     if (t_is_canceled()) exit;
     if (t_check_status("408|486|5[0-9][0-9]")) {{
         if (t_check_status("408|5[0-9][0-9]")) ds_mark_dst("ip");   # down: out until it answers OPTIONS
@@ -182,39 +182,98 @@ AUTH_BLOCK = """    if (is_method("INVITE")) {{
     }}
 """
 
+REGISTRAR_MODULES = """loadmodule "usrloc.so"
+loadmodule "registrar.so"
+modparam("usrloc", "db_mode", 0)
+modparam("registrar", "max_expires", 3600)
+modparam("htable", "htable", "agents=>size=8;")
+"""
+
+# human agents' softphones register here (digest-authenticated, each only as themselves); workers
+# ring an agent at sip:<name>@<this balancer>, which reaches the phone where it registered
+REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
+        route(REGISTRAR);
+        exit;
+    }}
+    if (is_method("INVITE") && ds_is_from_list("{dset}") && $sht(agents=>$rU) != $null) {{
+        # a worker rings a human agent of a queue
+        if (!lookup("location")) {{
+            sl_send_reply("480", "Agent Not Registered");
+            exit;
+        }}
+        t_check_trans();
+        dlg_manage();
+        record_route();
+        if (!t_relay()) sl_reply_error();
+        exit;
+    }}
+"""
+
+REGISTRAR_ROUTE = """route[REGISTRAR] {{
+    if (!is_present_hf("Authorization") || $au == $null || $au == "") {{
+        www_challenge("{realm}", "0");
+        exit;
+    }}
+    if ($sht(agents=>$au) == $null || $au != $tU) {{
+        xlog("L_WARN", "registration refused for '$au' as '$tU' from $si:$sp\n");
+        sl_send_reply("403", "Forbidden");
+        exit;
+    }}
+    $var(password) = $sht(agents=>$au);
+    $var(rc) = pv_www_authenticate("{realm}", "$var(password)", "0");
+    if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
+        www_challenge("{realm}", "0");
+        exit;
+    }}
+    if ($var(rc) < 0) {{
+        xlog("L_WARN", "registration of '$au' from $si:$sp failed ($var(rc))\n");
+        sl_send_reply("403", "Forbidden");
+        exit;
+    }}
+    consume_credentials();
+    if (!save("location")) sl_reply_error();
+}}
+
+"""
+
 USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
 
-def _auth_events(callers: dict[str, str]) -> str:
+def _auth_events(tables: dict[str, dict[str, str]]) -> str:
+    """The passwords of each table (callers, agents), loaded when the htable module starts."""
     lines = []
-    for user, password in callers.items():
-        if not USER.match(user):
-            raise ValueError(f"caller name {user!r}: letters, digits and . _ + - only")
-        if not password or any(c in password for c in '"\\\n\r$'):
-            raise ValueError(f"the password of {user!r} is empty or has a quote, backslash, $ or newline")
-        lines.append(f'    $sht(callers=>{user}) = "{password}";\n')
+    for table, users in tables.items():
+        for user, password in users.items():
+            if not USER.match(user):
+                raise ValueError(f"{table[:-1]} name {user!r}: letters, digits and . _ + - only")
+            if not password or any(c in password for c in '"\\\n\r$'):
+                raise ValueError(f"the password of {user!r} is empty or has a quote, backslash, $ or newline")
+            lines.append(f'    $sht({table}=>{user}) = "{password}";\n')
     return "event_route[htable:mod-init] {\n" + "".join(lines) + "}\n\n"
 
 
-def callers_from_env(specs: list[str]) -> dict[str, str]:
+def callers_from_env(specs: list[str], option: str = "--caller") -> dict[str, str]:
     """["alice=ALICE_PASSWORD", ...] → {"alice": <$ALICE_PASSWORD>}."""
     out = {}
     for spec in specs:
         user, sep, env = spec.partition("=")
         if not sep or not env:
-            raise ValueError(f"--caller {spec!r}: expected USER=ENV_VAR (the password's environment variable)")
+            raise ValueError(f"{option} {spec!r}: expected USER=ENV_VAR (the password's environment variable)")
         if env not in os.environ:
-            raise ValueError(f"--caller {spec!r}: environment variable {env} is not set")
+            raise ValueError(f"{option} {spec!r}: environment variable {env} is not set")
         out[user] = os.environ[env]
     return out
 
 
 def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4,
                           callers: dict[str, str] | None = None, realm: str = "callcenter",
-                          pike_density: int = PIKE_DENSITY, pike_unit_s: int = PIKE_UNIT_S) -> Path:
+                          pike_density: int = PIKE_DENSITY, pike_unit_s: int = PIKE_UNIT_S,
+                          agents: dict[str, str] | None = None) -> Path:
     """`workers`: SIP URIs (sip:127.0.0.1:5070); `callers`: user → password for digest
-    authentication of INVITEs (none: no authentication); `pike_density`: requests one source
-    address may send per `pike_unit_s` seconds before it is blocked. Returns the path of kamailio.cfg."""
+    authentication of INVITEs (none: no authentication); `agents`: human agents (user → password)
+    whose softphones register here and whom workers ring (none: no registrar); `pike_density`:
+    requests one source address may send per `pike_unit_s` seconds before it is blocked. Returns
+    the path of kamailio.cfg."""
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dispatcher = out / "dispatcher.list"
@@ -224,9 +283,12 @@ def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], 
     cfg = out / "kamailio.cfg"
     text = CONFIG.format(children=children, listen=listen, mpath=module_dir(),
                          no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
-                         auth_modules=AUTH_MODULES if callers else "",
+                         auth_modules=(AUTH_MODULES if callers or agents else "") + (REGISTRAR_MODULES if agents else ""),
                          auth_block=AUTH_BLOCK.format(realm=realm) if callers else "",
-                         auth_events=_auth_events(callers) if callers else "")
+                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET) if agents else "",
+                         registrar_route=REGISTRAR_ROUTE.format(realm=realm) if agents else "",
+                         auth_events=_auth_events({"callers": callers or {}, "agents": agents or {}})
+                         if callers or agents else "")
     fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -1,0 +1,235 @@
+"""A contact center with real components: Kamailio as registrar and dispatcher in front of 2
+workers, three baresip agent phones registered with digest authentication, six baresip callers who
+speak and land in one queue. What each caller heard (hold music, their place in line) and what each
+agent heard (the whisper summary) is transcribed; a worker is killed with kill -9 while callers wait
+on both; the max-wait path is taken by a caller nobody answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callcenter.audio.wavfile import read_wav
+from callcenter.call.events import read_events
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.fleet import Fleet
+from callcenter.lab.softphone import Softphone, caller_audio
+from tests.conftest import free_tcp_port, free_udp_port, rtp_base
+
+pytestmark = [pytest.mark.sip, pytest.mark.slow]
+
+if not shutil.which("baresip") or not shutil.which("kamailio"):
+    pytest.skip("baresip and kamailio are needed (scripts/setup installs them)", allow_module_level=True)
+
+FLOW = """
+name: queue-test
+start: welcome
+queues:
+  help:
+    agents: [alice, bob, carol]
+    strategy: longest_idle
+    ring_timeout_s: 4
+    wrap_up_s: 2
+    announce_every_s: 15
+    max_wait_s: {max_wait}
+nodes:
+  welcome:
+    type: ask
+    prompt: Thanks for calling. What is your call about?
+    timeout_s: 6
+    max_attempts: 1
+    on_failure: wait
+    intents:
+      billing:
+        examples: [billing, a question about my bill, my invoice]
+        next: wait
+  wait:
+    type: transfer
+    queue: help
+    on_timeout: voicemail
+  voicemail:
+    type: voicemail
+    prompt: Nobody is free right now. Please leave a message after the tone.
+    max_s: 5
+    next: bye
+  bye:
+    type: hangup
+    text: Goodbye.
+"""
+
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "carol": "carol-secret-3"}
+
+
+def words(stt, pcm: bytes) -> set[str]:
+    return set(re.findall(r"[a-z]+", stt.transcribe_pcm(pcm).text.lower()))
+
+
+def api(url: str, token: str, path: str, body: dict | None = None) -> dict:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                                 method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def tonal(pcm: bytes) -> bool:
+    """Music, not speech or noise: a loud frame whose spectrum is a few sharp peaks."""
+    x = np.frombuffer(pcm, "<i2").astype(float)
+    if len(x) < 4000 or np.sqrt(np.mean(x ** 2)) < 100:
+        return False
+    spec = np.abs(np.fft.rfft(x[:4000] * np.hanning(4000)))
+    top = np.sort(spec)[-12:].sum()
+    return top / spec.sum() > 0.25
+
+
+def test_six_callers_wait_in_one_queue_across_two_workers_and_reach_agents(tmp_path, caller_voice, stt):
+    sip, balancer, control = free_udp_port(), free_udp_port(), free_tcp_port()
+    while control + 1 == free_tcp_port():  # the second worker's control port is control + 1
+        control = free_tcp_port()
+    flow = tmp_path / "queue.yaml"
+    flow.write_text(FLOW.format(max_wait=240))
+    agents_yaml = "".join(f"    - {{name: {n}, logged_in: false}}\n" for n in PASSWORDS)
+    fleet = Fleet(tmp_path, flow, 2, sip, balancer, rtp_port=rtp_base(),
+                  extra_config=f"control: {{host: 127.0.0.1, port: {control}}}\n"
+                               f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n  agents:\n{agents_yaml}",
+                  agents=PASSWORDS)
+    phones: list[Softphone] = []
+    try:
+        fleet.start()
+        token = (fleet.recordings / ".control-token").read_text().strip()
+        urls = [f"http://127.0.0.1:{control}", f"http://127.0.0.1:{control + 1}"]
+        wait_until(lambda: len(fleet.log_lines("control_listening")) >= 2, 30, "both control APIs")
+        # the agents' phones register with Kamailio; carol's rings but is never answered
+        hello = {n: caller_voice(f"agent_{n}", f"Hello, this is {n.title()}. I can help you with that.")
+                 for n in PASSWORDS}
+        agents = {}
+        for n in PASSWORDS:
+            mic = caller_audio([hello[n]], tmp_path / f"{n}-mic.wav", lead_s=1.0, gap_s=0, tail_s=3.0)
+            phone = Softphone(tmp_path / f"phone-{n}", mic, user=n, registrar=f"127.0.0.1:{balancer}",
+                              password=PASSWORDS[n], answer=n != "carol").start()
+            phones.append(phone)
+            agents[n] = phone
+            assert phone.wait_registered(10), phone.log()
+        wait_until(fleet.warmed, 120, "prompts warmed")
+        # six callers say what they want, then wait (quietly) in the queue
+        said = caller_voice("bill", "I have a question about my bill.")
+        callers = []
+        for i in range(6):
+            mic = caller_audio([said], tmp_path / f"caller{i}.wav", lead_s=4.0, gap_s=0, tail_s=150)
+            phone = Softphone(tmp_path / f"caller{i}", mic, user=f"caller{i}")
+            phones.append(phone)
+            phone.dial(fleet.uri)
+            callers.append(phone)
+            time.sleep(0.8)
+        for phone in callers:
+            assert phone.wait_established(15), phone.log()
+        board = wait_until(lambda: (b := api(urls[1], token, "/api/queues"))["queues"] and
+                           b["queues"][0]["waiting"] == 6 and b, 60, "six callers in the queue")
+        order = [c["call_id"] for c in board["queues"][0]["callers"]]
+        on = {c["call_id"]: c["worker"] for c in board["queues"][0]["callers"]}
+        assert set(on.values()) == {f"127.0.0.1:{sip}", f"127.0.0.1:{sip + 1}"}, on
+        # kill -9 the first worker: its callers leave the queue, the second worker's keep their order
+        victim = fleet.worker_pids()[0]
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        survivors = [c for c in order if on[c] == f"127.0.0.1:{sip + 1}"]
+        board = wait_until(lambda: (b := api(urls[1], token, "/api/queues"))["queues"][0]["waiting"] ==
+                           len(survivors) and b, 20, "the dead worker's callers to leave the queue")
+        assert [c["call_id"] for c in board["queues"][0]["callers"]] == survivors
+        # the agents log in (from the console's API), longest idle first: alice, then bob, then carol
+        for n in PASSWORDS:
+            assert api(urls[1], token, f"/api/agents/{n}/login", {})["state"] == "available"
+            time.sleep(0.3)
+        def all_served():
+            b = api(urls[1], token, "/api/queues")
+            return b["queues"][0]["answered_today"] == len(survivors) and \
+                all(a["state"] in ("available", "wrap_up") for a in b["agents"] if a["name"] != "carol")
+        wait_until(all_served, 120, "every caller answered and their agent's call over")
+        assert api(urls[1], token, "/api/queues")["queues"][0]["waiting"] == 0
+        req = urllib.request.Request(urls[1] + "/metrics", headers={"Authorization": f"Bearer {token}"})
+        metrics = urllib.request.urlopen(req, timeout=10).read().decode()
+        assert f'callcenter_queue_answered_today{{queue="help"}} {len(survivors)}' in metrics, metrics[-2000:]
+        for phone in callers:
+            phone.close()
+        for phone in agents.values():
+            phone.close()
+        time.sleep(1)
+        # every surviving call: hold music, its place announced, then an agent
+        by_id = {p.stem: p for p in fleet.calls()}
+        rings = []
+        for call_id in survivors:
+            events = read_events(by_id[call_id])
+            q = [e for e in events if e["kind"] == "queue"]
+            rings += [(e["wall"], e["agents"]) for e in q if e["what"] == "ring"]
+            assert any(e["what"] == "position" for e in q), q
+            done = [e for e in events if e["kind"] == "transfer" and e.get("mode") == "queue"]
+            assert done and done[0]["accepted"], events[-5:]
+            whisper = next(e for e in events if e["kind"] == "agent_whisper")
+            assert "billing" in whisper["text"], whisper
+        first_rings = sorted(rings)
+        assert [a for _, a in first_rings[:2]] == [["alice"], ["bob"]], first_rings
+        assert ["carol"] in [a for _, a in first_rings], "carol's phone rang (and rang out)"
+        # what callers heard: music, then "you are number N in line"
+        heard_place = 0
+        for phone in callers:
+            for wav in phone.received_wavs():
+                pcm = read_wav(wav)
+                if len(pcm) < 16000 * 12:
+                    continue
+                heard = words(stt, pcm[:16000 * 30])
+                heard_place += bool({"number", "line"} <= heard or {"expected", "wait"} <= heard)
+                chunks = [pcm[i:i + 8000] for i in range(0, min(len(pcm), 16000 * 40), 8000)]
+                assert any(tonal(c) for c in chunks), f"no hold music in {wav}"
+        assert heard_place >= len(survivors), heard_place
+        # what agents heard first: the whisper, alone
+        for n in ("alice", "bob"):
+            wavs = agents[n].received_wavs()
+            assert wavs, agents[n].log()
+            assert {"caller", "billing"} & words(stt, read_wav(wavs[0])[:16000 * 6]), n
+        assert agents["carol"].calls_answered() == 0
+    finally:
+        for phone in phones:
+            phone.close()
+        fleet.stop()
+
+
+def test_a_caller_nobody_answers_goes_the_max_wait_way(tmp_path, caller_voice, stt):
+    flow = tmp_path / "queue.yaml"
+    flow.write_text(FLOW.format(max_wait=8))
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), flow, extra_config=(
+        "contact_center:\n  agents:\n    - {name: alice, uri: 'sip:alice@127.0.0.1:9', logged_in: false}\n"
+        "    - {name: bob, uri: 'sip:bob@127.0.0.1:9', logged_in: false}\n"
+        "    - {name: carol, uri: 'sip:carol@127.0.0.1:9', logged_in: false}\n")).start()
+    try:
+        said = caller_voice("bill", "I have a question about my bill.")
+        mic = caller_audio([said], tmp_path / "mic.wav", lead_s=4.0, gap_s=0, tail_s=30)
+        with Softphone(tmp_path / "phone", mic) as phone:
+            phone.dial(agent.uri)
+            assert phone.wait_established(10), phone.log()
+            assert phone.wait_ended(60), phone.log()
+            heard = read_wav(phone.received_wav())
+        events = read_events(agent.calls()[0])
+        left = [e for e in events if e["kind"] == "queue" and e["what"] == "left"]
+        assert left and left[0]["why"] == "timeout", [e for e in events if e["kind"] == "queue"]
+        decision = [e for e in events if e["kind"] == "flow_decision" and e.get("node") == "voicemail"]
+        assert decision or any(e["kind"] == "voicemail" for e in events)
+        assert {"message", "tone"} <= words(stt, heard), "the caller heard the voicemail prompt"
+    finally:
+        agent.stop()
