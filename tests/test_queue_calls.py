@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
