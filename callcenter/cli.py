@@ -376,6 +376,15 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_queue(args) -> int:
+    from callcenter.lab.bench.queue import bench_queue
+
+    report = bench_queue(Path(args.json), workers=args.workers, callers=args.callers, agents=args.agents,
+                         hold_s=args.hold_s)
+    print(json.dumps({k: v for k, v in report.items() if k != "note"}, indent=2))
+    return 0
+
+
 def cmd_bench_soak(args) -> int:
     from callcenter.lab.bench.call import bench_soak
 
@@ -591,6 +600,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--flow", default="flows/support.yaml")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
+    s = b.add_parser("queue", help="queues of human agents behind Kamailio: agent free -> ringing, the added "
+                                   "voice-to-voice cost, capacity with every slot a queued caller")
+    s.add_argument("--workers", type=int, default=3)
+    s.add_argument("--callers", type=int, default=12, help="callers queued at once for the capacity part")
+    s.add_argument("--agents", type=int, default=3, help="baresip agent phones registered with Kamailio")
+    s.add_argument("--hold-s", type=float, default=20.0, help="how long the capacity part holds them")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_queue)
     s = b.add_parser("soak", help="calls back to back for a long time behind Kamailio: memory, handles, leaked calls")
     s.add_argument("--minutes", type=float, default=30)
     s.add_argument("--calls", type=int, default=4, help="callers at once, each calling again when done")

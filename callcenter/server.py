@@ -28,7 +28,8 @@ from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
 from callcenter.telephony.config import ServerConfig, load_server_config
-from callcenter.telephony.sip import SIP_OK, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint, SipError
+from callcenter.telephony.sip import (SIP_OK, SUPERVISION_MODES, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint,
+                                      SipError)
 from callcenter.voice.ambience import Ambience
 from callcenter.voice.speaker import make_tts
 
@@ -37,6 +38,7 @@ log = structlog.get_logger()
 MEDIA_STALL_S = 5.0  # a live call whose transport asked for no frame this long is hung up
 ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
 MEDIA_UP_S = 2.0  # a warm transfer's person whose audio is not connected this long after answering fails it
+SUPERVISOR_RING_S = 30.0  # the supervisor's own phone rings this long before joining is given up
 
 
 def new_call_id(transport: str) -> str:
@@ -76,6 +78,7 @@ class LiveCall:
                                    worker=f"{agent.config.listen.host}:{agent.config.listen.port}",
                                    transport=self.transport, transport_id=transport_id)
         self.consult: ConsultLeg | None = None
+        self.supervisor: SupervisorLeg | None = None  # a supervisor's own phone, listening in
         self.task: asyncio.Task | None = None
         self.started_wall = time.time()
 
@@ -139,7 +142,59 @@ class LiveCall:
             return False
         self.consult = leg
         self.log.info("warm_transfer_bridged", to=uri, recording=str(leg.recorder.path))
+        await self._resupervise()
         return True
+
+    # ---- a supervisor's own phone on the call
+    async def supervise(self, mode: str, phone: str | None) -> None:
+        """Call the supervisor's phone (once) and join it in `mode` (listen, whisper, barge), or
+        switch an existing one's mode. SipError says why not."""
+        if mode not in SUPERVISION_MODES:
+            raise SipError(f"unknown mode {mode!r}; one of {', '.join(SUPERVISION_MODES)}")
+        if self.transport != "sip":
+            raise SipError("supervisor audio needs a caller on a SIP line (a browser caller's audio is relayed, "
+                           "not mixed; use say and take over)")
+        leg = self.supervisor
+        if leg is None or leg.ended.done():
+            if not phone:
+                raise SipError("which phone? give the supervisor's SIP URI (phone)")
+            leg = SupervisorLeg(self)
+            try:
+                leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, phone, leg, leg.bridge)
+                async with asyncio.timeout(SUPERVISOR_RING_S):
+                    await asyncio.shield(leg.confirmed)
+                async with asyncio.timeout(MEDIA_UP_S):
+                    await asyncio.shield(leg.media)
+            except (SipError, asyncio.TimeoutError) as exc:
+                leg.close()
+                raise SipError(f"the supervisor's phone {phone}: {exc or 'no answer'}") from None
+            self.supervisor = leg
+        leg.mode = mode
+        await self._resupervise()
+        if mode == "barge" and not self.session.bridged and not self.session.held:
+            self.session.take_over()  # the supervisor talks to the caller: the AI agent stops talking
+            leg.took_over = True
+        elif mode != "barge" and leg.took_over:
+            leg.took_over = False
+            self.session.release()
+        self.events.emit(ev.SUPERVISOR, action=mode, phone=phone or "")
+        self.log.info("supervisor_joined", mode=mode)
+
+    async def _resupervise(self) -> None:
+        """(Re)connect the supervisor's phone for its mode: after joining, a switch, or a bridge."""
+        leg = self.supervisor
+        if leg is None or leg.ended.done() or self.ended:
+            return
+        person = self.consult.call if self.consult is not None else None
+        await self.agent.endpoint.run_on_sip(self.call.supervise, leg.call, leg.mode, person, not self.session.bridged)
+
+    def leave_supervision(self) -> None:
+        leg, self.supervisor = self.supervisor, None
+        if leg is not None:
+            if leg.took_over:
+                self.session.release()
+            leg.close()
+            self.events.emit(ev.SUPERVISOR, action="leave")
 
     def queue_wait(self, queue: str, settings, whisper: str, speak) -> QueueWait | None:
         """This caller's wait in a queue of agents (None without a contact center)."""
@@ -161,6 +216,7 @@ class LiveCall:
             await self._connect_person(leg)
             self.consult = leg
             self.log.info("queue_bridged", queue=queue, recording=str(leg.recorder.path))
+            await self._resupervise()
 
         return QueueWait(store, self.call_id, queue, settings, whisper, dial, connect, speak, self.events,
                          free_slots=self.agent.free_slots)
@@ -168,6 +224,8 @@ class LiveCall:
     def on_consult_ended(self, leg: "ConsultLeg") -> None:
         if self.consult is leg:  # the person hung up after the bridge: the call is over
             self.session.end("transfer")
+        elif self.supervisor is leg:  # the supervisor hung up: the call goes on
+            self.leave_supervision()
 
     async def _run(self) -> None:
         watchdog = asyncio.create_task(self._watch_media())
@@ -202,6 +260,8 @@ class LiveCall:
     def _finish(self) -> None:
         if self.consult is not None:
             self.consult.close()
+        if self.supervisor is not None:
+            self.supervisor.close()
         self.bridge.close()
         self.events.close()
         self.agent.live.pop(self.call_id, None)
@@ -355,6 +415,113 @@ class ConsultLeg:
         self.bridge.close()
 
 
+class SupervisorLeg(ConsultLeg):
+    """A supervisor's own phone joined to a call (`LiveCall.supervise`). Recorded as
+    `<call>-supervisor.wav` (left: the supervisor). On a call with the AI agent alone, what the
+    supervisor says in whisper mode is recognised and the agent says it to the caller, as a typed
+    `say` would: the supervisor steers the AI without the caller hearing the supervisor's voice."""
+
+    def __init__(self, live: LiveCall):
+        self.mode = "listen"
+        self.took_over = False
+        super().__init__(live, "-supervisor")
+
+    async def _discard_frames(self) -> None:
+        voiced: list[bytes] = []
+        quiet = 0
+        while True:
+            line = await self.bridge.caller_frames.get()
+            whispering_to_ai = self.mode == "whisper" and not self.live.session.bridged
+            if not whispering_to_ai:
+                voiced, quiet = [], 0
+                continue
+            loud = line.caller.rms_dbfs() > SUPERVISOR_SPEECH_DBFS
+            if loud or voiced:
+                voiced.append(line.caller.pcm)
+                quiet = 0 if loud else quiet + 1
+            if voiced and quiet >= SUPERVISOR_END_FRAMES:
+                pcm, voiced, quiet = b"".join(voiced), [], 0
+                if len(pcm) >= SUPERVISOR_MIN_BYTES:
+                    asyncio.create_task(self._steer(pcm))
+
+    async def _steer(self, pcm: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            text = (await loop.run_in_executor(None, self.live.agent.stt.transcribe_pcm, pcm)).text.strip()
+        except Exception as exc:
+            self.live.log.error("supervisor_whisper_failed", error=str(exc))
+            return
+        if text and not self.live.ended:
+            self.live.session.supervisor_say(text)
+
+
+SUPERVISOR_SPEECH_DBFS = -40.0  # the supervisor's own phone: a frame above this is speech
+SUPERVISOR_END_FRAMES = 35  # 0.7 s of quiet ends a whispered instruction
+SUPERVISOR_MIN_BYTES = 2 * 8000 * 3 // 10  # shorter than 0.3 s: a click, not words
+
+
+AGENT_CODES = {"*41": "login", "*42": "logout", "*45": "pause", "*46": "resume"}
+AGENT_CODE_SAID = {"login": "you are logged in", "logout": "you are logged out", "pause": "you are paused",
+                   "resume": "you are available again"}
+
+
+class AgentCodeCall:
+    """A human agent dialled a keypad code from their phone (`*41` log in, `*42` log out, `*45`
+    pause, `*46` resume), as in Asterisk's agent logins: the project's Kamailio authenticated them
+    and named them in X-Callcenter-Agent. The worker changes their state, says so, and hangs up."""
+
+    def __init__(self, agent: "CallServer", call: SipCall, info: CallInfo):
+        from callcenter.call.queues import QueueStoreError
+
+        self.agent, self.call = agent, call
+        self.log = log.bind(agent=info.agent, code=info.dialled)
+        self.bridge = MediaBridge(asyncio.get_running_loop(), None)
+        call.bridge, call.listener = self.bridge, self
+        action = AGENT_CODES.get(info.dialled)
+        if action is None:
+            self.text = ("Sorry, that code is not known. Star four one logs you in, star four two logs you out, "
+                         "star four five pauses you, and star four six makes you available again.")
+        else:
+            try:
+                agent.queues.set_agent_state(info.agent, action, "keypad" if action == "pause" else "")
+                self.text = f"{info.agent}, {AGENT_CODE_SAID[action]}."
+                self.log.info("agent_state", action=action, by="keypad")
+                if agent.control is not None:
+                    agent.control.agent_changed(info.agent, action, "keypad")
+            except QueueStoreError as exc:
+                self.text = f"Sorry, {exc}."
+                self.log.warning("agent_code_refused", error=str(exc))
+        self._drain = asyncio.create_task(self._discard())
+        agent.endpoint.call_soon(call.answer_with, SIP_OK)
+
+    async def _discard(self) -> None:
+        while True:
+            await self.bridge.caller_frames.get()
+
+    def on_confirmed(self) -> None:
+        asyncio.create_task(self._say_and_hang_up())
+
+    async def _say_and_hang_up(self) -> None:
+        played = asyncio.get_running_loop().create_future()
+        self.bridge.on_playout(lambda utt, at: None, lambda utt, at: played.done() or played.set_result(at))
+        try:
+            first = True
+            async for frame in self.agent.tts.stream(self.text, self.agent.flows.current.voice):
+                self.bridge.play(frame, 1, first=first)
+                first = False
+            self.bridge.end_utterance(1)
+            async with asyncio.timeout(30):
+                await played
+        except Exception as exc:
+            self.log.error("agent_code_reply_failed", error=str(exc))
+        await asyncio.sleep(0.3)
+        self.agent.endpoint.call_soon(self.call.hangup_now)
+
+    def on_disconnected(self, code: int, reason: str) -> None:
+        self._drain.cancel()
+        self.bridge.close()
+
+
 def caller_variables(remote: str) -> dict[str, str]:
     """`"Dana" <sip:4155550100@pbx.example>;tag=x` → caller sip:4155550100@pbx.example,
     caller_number 4155550100."""
@@ -418,6 +585,9 @@ class CallServer:
         return self._services
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
+        if info.agent and self.queues is not None and info.dialled.startswith("*"):
+            AgentCodeCall(self, call, info)
+            return
         live = SipLiveCall(self, call, info)
         self.live[live.call_id] = live
         if self.control is not None:

@@ -232,3 +232,40 @@ def test_a_caller_nobody_answers_goes_the_max_wait_way(tmp_path, caller_voice, s
         assert {"message", "tone"} <= words(stt, heard), "the caller heard the voicemail prompt"
     finally:
         agent.stop()
+
+
+def test_an_agent_pauses_and_resumes_from_their_phone_by_keypad_code(tmp_path, stt):
+    """*45 and *46 dialled from a registered agent phone: Kamailio authenticates the agent and names
+    them to the worker, which changes their state and says so."""
+    sip, balancer = free_udp_port(), free_udp_port()
+    flow = tmp_path / "queue.yaml"
+    flow.write_text(FLOW.format(max_wait=60))
+    fleet = Fleet(tmp_path, flow, 1, sip, balancer, rtp_port=rtp_base(), agents={"alice": PASSWORDS["alice"]},
+                  extra_config=f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n  agents:\n"
+                               f"    - {{name: alice}}\n    - {{name: bob}}\n    - {{name: carol}}\n")
+    try:
+        fleet.start()
+        from callcenter.call.queues import AgentState, QueueStore
+
+        store = QueueStore(fleet.recordings / "queues.db", "test")
+        mic = caller_audio([], tmp_path / "silence.wav", lead_s=8, gap_s=0, tail_s=0)
+        for code, state, said in (("*45", AgentState.PAUSED, "paused"), ("*46", AgentState.AVAILABLE, "available")):
+            phone = Softphone(tmp_path / f"alice{code[1:]}", mic, user="alice", registrar=f"127.0.0.1:{balancer}",
+                              password=PASSWORDS["alice"]).start()
+            try:
+                assert phone.wait_registered(10), phone.log()
+                phone.send(f"/dial sip:{code}@127.0.0.1:{balancer}")
+                assert phone.wait_ended(30), phone.log()
+                assert store.agent("alice").state == state
+                heard = words(stt, read_wav(phone.received_wav()))
+                assert {"alice", said} & heard and said in heard, heard
+            finally:
+                phone.close()
+        assert store.agent("alice").reason == ""
+        # a caller who is not an agent cannot dial a code (no credentials: challenged, then refused)
+        with Softphone(tmp_path / "mallory", mic, user="mallory") as phone:
+            phone.dial(f"sip:*45@127.0.0.1:{balancer}")
+            assert not phone.wait_established(5)
+        assert store.agent("alice").state == AgentState.AVAILABLE
+    finally:
+        fleet.stop()

@@ -44,7 +44,9 @@ def row(call_id: str, n: int = 0, **over) -> dict:
 def offline_app() -> SupervisorApp:
     import datetime as dt
 
-    return SupervisorApp([Server("http://127.0.0.1:9", "t")], connect=False, today=dt.date(2026, 12, 2))
+    app = SupervisorApp([Server("http://127.0.0.1:9", "t")], connect=False, today=dt.date(2026, 12, 2))
+    app.clock = lambda: 1796250000.0 + 8.0  # the recorded-looking calls' own time: no alert from the real clock
+    return app
 
 
 async def feed(app: SupervisorApp, pilot, calls: int = 3) -> None:
@@ -316,3 +318,34 @@ def test_pilot_pauses_an_agent_with_a_reason():
 
     asyncio.run(go())
     assert sent == [("/api/agents/dave/pause", {"reason": "training"}), ("/api/agents/carol/resume", {})]
+
+
+def test_alerts_for_calls_that_need_a_look():
+    from callcenter.supervisor.floor import CallView, call_alerts
+
+    t0 = 1796250000.0
+    view = CallView("s", "c", row={"started": t0, "state": "listening"})
+
+    def e(kind, t, **data):
+        view.events.append({"kind": kind, "call_id": "c", "t": t, "wall": t0 + t, **data})
+
+    e("agent_say", 0.0, text="How can I help?")
+    assert call_alerts(view, t0 + 5) == []
+    assert call_alerts(view, t0 + 25) == ["silent 25 s"]
+    for i in range(3):
+        e("speech_start", 2.0 + i)
+        e("stt_final", 3.0 + i, text="I want to talk to a real person" if i != 1 else "operator please")
+        e("flow_decision", 3.1 + i, via="no_match" if i < 2 else "speech", node="menu")
+    assert call_alerts(view, t0 + 6) == ["2 no-match", "asked for a person 3×"]
+    view.row["state"] = "queued"
+    assert "silent" not in " ".join(call_alerts(view, t0 + 60))  # on hold is quiet by design
+
+
+def test_the_main_screen_shows_alerts(snap_compare):
+    async def run_before(pilot):
+        await feed(pilot.app, pilot, calls=2)
+        pilot.app.clock = lambda: 1796250000.0 + 40.0  # 33 s since anyone spoke on either call
+        pilot.app.post_message(CallsUpdated("http://127.0.0.1:9", [row("call-00", 0), row("call-01", 1)]))
+        await pilot.pause()
+
+    assert snap_compare(offline_app(), terminal_size=(120, 36), run_before=run_before)

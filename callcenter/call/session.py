@@ -625,6 +625,9 @@ class CallSession:
             self.bridged = True
             return True
         self._ending_by = None
+        if self._supervisor_transfer:  # the supervisor queued the caller; unanswered, the flow carries on
+            self._supervisor_transfer = False
+            return False
         await self._decide(lambda: self.dialog.on_queue_left(result), caller_input=False)
         return False
 
@@ -807,6 +810,8 @@ class CallSession:
             return "paused"
         if self.held:
             return "taken over"
+        if self.queued is not None:
+            return "queued"
         if self.dialog.waiting == Waiting.TRANSFER:
             return "transferring"
         if self._voicemail is not None:
@@ -851,6 +856,27 @@ class CallSession:
         self._supervisor_transfer = True
         self.events.emit(ev.SUPERVISOR, action="transfer", to=uri)
         self._speak_queue.put_nowait(Transfer(uri))
+
+    def supervisor_enqueue(self, queue: str) -> None:
+        """Put the caller in one of the flow's queues of agents now (the console's transfer to a
+        queue). If nobody answers before its max wait, the flow carries on where it was."""
+        settings = self.flow.queues[queue]
+        self.interrupt(reason="supervisor", emit=False)
+        self.held = self.paused = False
+        self._supervisor_transfer = True
+        self.dialog.variables.update(queue=queue, triage=self.dialog.triage())
+        self.events.emit(ev.SUPERVISOR, action="transfer", queue=queue)
+        self._speak_queue.put_nowait(Enqueue(queue, settings, self.dialog.render(settings.whisper)))
+
+    def supervisor_transfer_to_agent(self, name: str, uri: str) -> None:
+        """Hand the caller to one human agent now: the agent calls them, tells them the triage
+        summary, then bridges (a warm transfer). If they do not answer, the flow carries on."""
+        self.interrupt(reason="supervisor", emit=False)
+        self.held = self.paused = False
+        self._supervisor_transfer = True
+        self.events.emit(ev.SUPERVISOR, action="transfer", agent=name, to=uri)
+        summary = f"A caller the supervisor is passing to you. {self.dialog.triage()}"
+        self._speak_queue.put_nowait(Transfer(uri, "warm", summary, 20.0))
 
     def supervisor_hangup(self) -> None:
         self.interrupt(reason="supervisor", emit=False)

@@ -10,7 +10,10 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
   then every call's events as they happen (`{"type": "event", "event": {...}}`, the same JSON as the
   recordings' JSONL) and a `{"type": "calls", "calls": [...]}` table once a second.
 - `POST /api/calls/{id}/{action}` — `say {"text"}` (the agent speaks the sentence in the call's voice),
-  `take_over`, `release`, `pause`, `resume`, `transfer {"to"}`, `hangup`, `mark {"note"}`.
+  `take_over`, `release`, `pause`, `resume`, `transfer {"to"}|{"queue"}|{"agent"}`, `hangup`, `mark {"note"}`;
+  supervisor audio on a SIP call: `listen`, `whisper`, `barge` `{"phone"}` (the supervisor's phone is
+  called the first time — `phone` or the config's `control.supervisor_phone` — then each is an
+  instant switch), `leave`.
 - `GET  /api/queues` — with a contact center: every queue (waiting, longest wait, agents available,
   busy and paused, answered, abandoned, timed out and called back today, service level) and every
   human agent (state, reason, time in state). The WebSocket sends it as `{"type": "queues", ...}`
@@ -52,7 +55,8 @@ MAX_SAY_CHARS = 500
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 EVENTS_PATH = "/api/events"
 METRICS_PATH = "/metrics"  # Prometheus text format (callcenter/metrics.py)
-ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark")
+ACTIONS = ("say", "take_over", "release", "pause", "resume", "transfer", "hangup", "mark",
+           "listen", "whisper", "barge", "leave")
 
 
 async def _json_body(request: web.Request) -> dict | web.Response:
@@ -228,11 +232,19 @@ class ControlApi:
         except QueueStoreError as exc:
             status = 404 if "no agent" in str(exc) or "unknown agent action" in str(exc) else 409
             return web.json_response({"error": str(exc)}, status=status)
-        event = {"kind": "agent_state", "agent": name, "state": agent.state.value, "reason": agent.reason,
-                 "by": "supervisor", "t_wall": round(time.time(), 3)}
         log.info("agent_state", agent=name, state=agent.state.value, reason=agent.reason, action=action)
-        self._broadcast({"type": "event", "event": event})
+        self.agent_changed(name, action, "supervisor")
         return web.json_response({"ok": True, "agent": name, "state": agent.state.value})
+
+    def agent_changed(self, name: str, action: str, by: str) -> None:
+        """Tell every console an agent's state changed (`by`: supervisor, keypad)."""
+        try:
+            agent = self.agent.queues.agent(name)
+        except Exception:
+            return
+        self._broadcast({"type": "event", "event": {
+            "kind": "agent_state", "agent": name, "action": action, "state": agent.state.value,
+            "reason": agent.reason, "by": by, "wall": round(time.time(), 3)}})
 
     async def _calls(self, request: web.Request) -> web.Response:
         return web.json_response({"calls": self._table_rows()})
@@ -289,24 +301,66 @@ class ControlApi:
         elif action == "pause":
             session.pause()
         elif action == "transfer":
-            to = str(body.get("to", ""))
-            if not SIP_URI.match(to):
-                return web.json_response({"error": f"transfer needs a SIP URI in to, got {to!r}"}, status=400)
-            session.supervisor_transfer(to)
+            problem = self._transfer(live, body)
+            if problem:
+                return web.json_response({"error": problem}, status=400)
         elif action == "hangup":
             session.supervisor_hangup()
         elif action == "mark":
             session.mark(str(body.get("note", ""))[:MAX_SAY_CHARS])
+        elif action in ("listen", "whisper", "barge"):
+            phone = str(body.get("phone") or self.control.supervisor_phone or "")
+            if phone and not SIP_URI.match(phone):
+                return web.json_response({"error": f"phone must be a SIP URI, got {phone!r}"}, status=400)
+            from callcenter.telephony.sip import SipError
+
+            try:
+                await live.supervise(action, phone or None)
+            except SipError as exc:
+                return web.json_response({"error": str(exc)}, status=409)
+        elif action == "leave":
+            live.leave_supervision()
         log.info("control_action", call_id=call_id, action=action)
         return web.json_response({"ok": True, "call": call_row(live)})
 
     # ------------------------------------------------------------ flows and recordings
+    def _transfer(self, live, body: dict) -> str | None:
+        """`{"to": URI}` (blind), `{"queue": NAME}` (one of the call's flow's queues), or
+        `{"agent": NAME}` (a human agent, warm); returns what is wrong, or None."""
+        session = live.session
+        if body.get("queue"):
+            name = str(body["queue"])
+            target = session.flow.queues.get(name)
+            if target is None:
+                return f"the flow has no queue {name!r}; it has {', '.join(session.flow.queues) or 'none'}"
+            if isinstance(target, str):
+                session.supervisor_transfer(target)
+            else:
+                session.supervisor_enqueue(name)
+            return None
+        if body.get("agent"):
+            from callcenter.call.queues import QueueStoreError
+
+            if self.agent.queues is None:
+                return "no contact_center in this server's config: no agents to transfer to"
+            try:
+                person = self.agent.queues.agent(str(body["agent"]))
+            except QueueStoreError as exc:
+                return str(exc)
+            session.supervisor_transfer_to_agent(person.name, person.uri)
+            return None
+        to = str(body.get("to", ""))
+        if not SIP_URI.match(to):
+            return f"transfer needs a SIP URI in to, a queue or an agent, got {to!r}"
+        session.supervisor_transfer(to)
+        return None
+
     async def _flows(self, request: web.Request) -> web.Response:
         lib = self.agent.flows
         flow = lib.current
         return web.json_response({"flows": [{"path": str(lib.path), "name": flow.name, "version": flow.version,
                                              "digest": lib.digest, "reloads": lib.reloads, "errors": lib.errors,
-                                             "nodes": len(flow.nodes)}]})
+                                             "nodes": len(flow.nodes), "queues": list(flow.queues)}]})
 
     async def _recordings(self, request: web.Request) -> web.Response:
         try:

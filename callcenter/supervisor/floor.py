@@ -141,6 +141,11 @@ class Floor:
         return sorted((v for v in self.calls.values() if v.row and not v.ended),
                       key=lambda v: v.row.get("started") or 0)
 
+    def alerts(self, now_wall: float) -> list[tuple[str, str]]:
+        """(call key, what) for every live call that needs a look."""
+        return [(v.key, f"{v.row.get('caller', v.call_id)}: {', '.join(why)}")
+                for v in self.live() if (why := call_alerts(v, now_wall))]
+
     def aggregates(self) -> dict[str, Any]:
         v2v = sorted(self.voice_to_voice)
 
@@ -152,6 +157,32 @@ class Floor:
         return {"now": len(self.live()), "today": len(self.seen_today), "transfers": self.transfers,
                 "abandoned": self.abandoned,
                 "v2v_p50": statistics.median(v2v) if v2v else None, "v2v_p95": pct(0.95)}
+
+
+NO_MATCH_ALERT = 2  # "no match" decisions in one call before it is flagged
+HUMAN_ASKS_ALERT = 3  # times a caller asked for a person
+SILENCE_ALERT_S = 20.0  # a live call where neither side has said anything this long
+HUMAN_WORDS = ("human", "person", "agent", "operator", "representative", "somebody real", "real person")
+
+
+def call_alerts(view: CallView, now_wall: float) -> list[str]:
+    """Why a supervisor should look at this call now: the flow keeps missing what the caller says,
+    the caller keeps asking for a person, or the line has gone quiet."""
+    out = []
+    events = list(view.events)
+    misses = sum(1 for e in events if e.get("kind") == "flow_decision" and e.get("via") == "no_match")
+    if misses >= NO_MATCH_ALERT:
+        out.append(f"{misses} no-match")
+    asks = sum(1 for e in events if e.get("kind") == "stt_final"
+               and any(w in str(e.get("text", "")).lower() for w in HUMAN_WORDS))
+    if asks >= HUMAN_ASKS_ALERT:
+        out.append(f"asked for a person {asks}×")
+    spoken = [e.get("wall", 0) for e in events if e.get("kind") in ("speech_start", "agent_say", "dtmf")]
+    state = view.row.get("state", "")
+    quiet_since = max(spoken) if spoken else view.row.get("started") or 0
+    if quiet_since and now_wall - quiet_since > SILENCE_ALERT_S and state not in ("bridged", "queued", "voicemail"):
+        out.append(f"silent {int(now_wall - quiet_since)} s")
+    return out
 
 
 def waterfall(turn: dict) -> list[tuple[str, float, bool]]:

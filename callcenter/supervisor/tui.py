@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -156,6 +158,31 @@ class AskText(ModalScreen[str | None]):
     @on(Input.Submitted)
     def _done(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class PickTarget(ModalScreen[tuple[str, str] | None]):
+    """Where to transfer the selected call: the flow's queues, the agents free now, or a typed URI.
+    Returns (kind, value): ("queue", name), ("agent", name) or ("uri", "")."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, queues: list[str], agents: list[str]):
+        super().__init__()
+        self.choices = [("queue", q) for q in queues] + [("agent", a) for a in agents] + [("uri", "")]
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import OptionList
+
+        with Vertical(id="ask"):
+            yield Label("Transfer to:")
+            yield OptionList(*[f"queue  {v}" if k == "queue" else f"agent  {v} (available)" if k == "agent"
+                               else "a SIP URI…" for k, v in self.choices], id="targets")
+
+    def on_option_list_option_selected(self, event) -> None:
+        self.dismiss(self.choices[event.option_index])
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -371,6 +398,7 @@ class SupervisorApp(App):
     #transcript { width: 3fr; border: round $primary; }
     #waterfall { width: 2fr; border: round $secondary; padding: 0 1; }
     #stats { height: 1; background: $boost; padding: 0 1; }
+    #alerts { height: auto; max-height: 3; padding: 0 1; color: $error; text-style: bold; }
     AskText { align: center middle; }
     #ask { width: 70; height: auto; border: thick $primary; background: $surface; padding: 1 2; }
     #recordings { height: 1fr; }
@@ -387,6 +415,10 @@ class SupervisorApp(App):
         Binding("t", "transfer", "Transfer"),
         Binding("h", "hangup", "Hang up"),
         Binding("m", "mark", "Mark"),
+        Binding("l", "listen", "Listen"),
+        Binding("w", "whisper", "Whisper"),
+        Binding("b", "barge", "Barge"),
+        Binding("x", "leave", "Leave", show=False),
         Binding("R", "recordings", "Recordings"),
         Binding("F", "flows", "Flows"),
         Binding("Q", "queues", "Queues"),
@@ -402,6 +434,8 @@ class SupervisorApp(App):
         self._connect = connect
         self.floor_queues: dict = {}  # the contact center's queues and agents (the latest board)
         self.queue_server: Server | None = None  # where agent actions go (every worker shares the store)
+        self.phone: str | None = os.environ.get("CALLCENTER_SUPERVISOR_PHONE")  # joined for listen/whisper/barge
+        self.clock = time.time  # wall clock of the alerts (tests fix it)
 
     # ---- layout
     def compose(self) -> ComposeResult:
@@ -410,6 +444,7 @@ class SupervisorApp(App):
         with Horizontal(id="detail"):
             yield RichLog(id="transcript", wrap=True, markup=False, min_width=20)
             yield Waterfall(id="waterfall")
+        yield Static(id="alerts")
         yield Static(id="stats")
         yield Footer()
 
@@ -488,6 +523,12 @@ class SupervisorApp(App):
         self._draw_stats()
 
     def on_event_arrived(self, message: EventArrived) -> None:
+        if "call_id" not in message.event:  # the contact center's own events: an agent's state
+            e = message.event
+            if e.get("kind") == "agent_state":
+                self.notify(f"{e.get('agent')}: {str(e.get('state', '')).replace('_', ' ')}"
+                            f"{' (' + e['reason'] + ')' if e.get('reason') else ''} — by {e.get('by', '?')}")
+            return
         view = self.floor.event(message.server, message.event)
         if view.key == self.selected:
             self._append(message.event)
@@ -558,6 +599,9 @@ class SupervisorApp(App):
         if down:
             text.append(f"  {down[0]}: {self.floor.servers[down[0]]}", style="bold red")
         self.query_one("#stats", Static).update(text)
+        alerts = [why for _, why in self.floor.alerts(self.clock())] + queue_alerts(self.floor_queues)
+        self.query_one("#alerts", Static).update("  ".join(f"⚠ {a}" for a in alerts))
+        self.query_one("#alerts", Static).display = bool(alerts)
 
     def _select(self, key: str | None) -> None:
         self.selected = key
@@ -629,9 +673,61 @@ class SupervisorApp(App):
     async def action_pause(self) -> None:
         await self._act("pause")
 
-    def action_transfer(self) -> None:
-        self._ask("Transfer to (SIP URI):", "sip:desk@pbx.example",
-                  lambda uri: uri and self.run_worker(self._act("transfer", {"to": uri})))
+    async def action_transfer(self) -> None:
+        """Offer the call's flow's queues and the agents free now; a URI can still be typed."""
+        server, view = self._target()
+        if server is None:
+            return
+        try:
+            flows = (await server.get("/api/flows"))["flows"]
+            queues = [q for f in flows if f.get("name") == view.row.get("flow") for q in f.get("queues", [])]
+        except Exception:
+            queues = []
+        agents = [a["name"] for a in self.floor_queues.get("agents", []) if a.get("state") == "available"]
+
+        def picked(choice) -> None:
+            if choice is None:
+                return
+            kind, value = choice
+            if kind == "uri":
+                self._ask("Transfer to (SIP URI):", "sip:desk@pbx.example",
+                          lambda uri: uri and self.run_worker(self._act("transfer", {"to": uri})))
+            else:
+                self.run_worker(self._act("transfer", {kind: value}))
+        self.push_screen(PickTarget(queues, agents), picked)
+
+    async def _supervise(self, mode: str) -> None:
+        """Join the supervisor's own phone to the call, or switch its mode. The phone is asked for
+        once (unless the server's config names one) and remembered."""
+        server, view = self._target()
+        if server is None:
+            return
+        body = {"phone": self.phone} if self.phone else {}
+        try:
+            await server.post(f"/api/calls/{view.call_id}/{mode}", body)
+            self.notify(f"{mode}: your phone is on the call" if mode != "leave" else "left the call")
+        except Exception as exc:
+            if "which phone" in str(exc):
+                def then(phone: str | None) -> None:
+                    if phone:
+                        self.phone = phone
+                        self.run_worker(self._supervise(mode))
+                self.push_screen(AskText("Your phone (SIP URI), called to join the call:", "sip:me@10.0.0.7"),
+                                 then)
+            else:
+                self.notify(f"{mode}: {exc}", severity="error")
+
+    async def action_listen(self) -> None:
+        await self._supervise("listen")
+
+    async def action_whisper(self) -> None:
+        await self._supervise("whisper")
+
+    async def action_barge(self) -> None:
+        await self._supervise("barge")
+
+    async def action_leave(self) -> None:
+        await self._supervise("leave")
 
     async def action_hangup(self) -> None:
         await self._act("hangup")

@@ -81,6 +81,9 @@ class Control(_Strict):
                                                    "open the event WebSocket; a browser's request from any other "
                                                    "Origin is refused. Tools that send no Origin are not affected.")
 
+    supervisor_phone: str | None = Field(None, description="the SIP URI called for listen / whisper / barge "
+                                                           "when the console names no phone")
+
     _ip = field_validator("host")(Listen._ip.__func__)
 
 

@@ -195,6 +195,44 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
         route(REGISTRAR);
         exit;
     }}
+    if (is_method("INVITE") && !ds_is_from_list("{dset}")) {{
+        # only this balancer says which agent is calling (below); a caller's own header is dropped
+        remove_hf("X-Callcenter-Agent");
+    }}
+    if (is_method("INVITE") && !ds_is_from_list("{dset}") && $rU =~ "^[*][0-9]+$") {{
+        # an agent's keypad code from their phone (*41 log in, *42 log out, *45 pause, *46 resume):
+        # the agent proves who they are, and the worker is told in X-Callcenter-Agent
+        if (!is_present_hf("Proxy-Authorization") || $au == $null || $au == "") {{
+            auth_challenge("{realm}", "0");
+            exit;
+        }}
+        if ($sht(agents=>$au) == $null) {{
+            sl_send_reply("403", "Forbidden");
+            exit;
+        }}
+        $var(password) = $sht(agents=>$au);
+        $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
+        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
+            auth_challenge("{realm}", "0");
+            exit;
+        }}
+        if ($var(rc) < 0) {{
+            sl_send_reply("403", "Forbidden");
+            exit;
+        }}
+        consume_credentials();
+        append_hf("X-Callcenter-Agent: $au\r\n");
+        t_check_trans();
+        dlg_manage();
+        record_route();
+        if (!ds_select_dst("{dset}", "4")) {{
+            sl_send_reply("503", "No agent available");
+            exit;
+        }}
+        t_on_failure("NEXT_WORKER");
+        if (!t_relay()) sl_reply_error();
+        exit;
+    }}
     if (is_method("INVITE") && ds_is_from_list("{dset}") && $sht(agents=>$rU) != $null) {{
         # a worker rings a human agent of a queue
         if (!lookup("location")) {{
@@ -285,7 +323,7 @@ def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], 
                          no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
                          auth_modules=(AUTH_MODULES if callers or agents else "") + (REGISTRAR_MODULES if agents else ""),
                          auth_block=AUTH_BLOCK.format(realm=realm) if callers else "",
-                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET) if agents else "",
+                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET, realm=realm) if agents else "",
                          registrar_route=REGISTRAR_ROUTE.format(realm=realm) if agents else "",
                          auth_events=_auth_events({"callers": callers or {}, "agents": agents or {}})
                          if callers or agents else "")

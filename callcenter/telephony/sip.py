@@ -42,6 +42,9 @@ SIP_OK = 200
 TRANSFER_WAIT_S = 5.0
 
 
+SUPERVISION_MODES = ("listen", "whisper", "barge")
+
+
 class SipError(CallcenterError, RuntimeError):
     pass
 
@@ -215,11 +218,29 @@ class _BridgePort(pj.AudioMediaPort):
             log.exception("media_in_failed")
 
 
+AGENT_HEADER = "X-Callcenter-Agent"  # set by the project's Kamailio on an agent's authenticated keypad code
+
+
 @dataclass
 class CallInfo:
     call_id: str  # the SIP Call-ID
     remote_uri: str
     local_uri: str
+    agent: str | None = None  # the human agent Kamailio authenticated (a keypad code call)
+
+    @property
+    def dialled(self) -> str:
+        """The user part of the number dialled (To), e.g. `*45`."""
+        uri = self.local_uri.split("<")[-1].split(">")[0]
+        return uri.split(":", 1)[-1].split("@", 1)[0]
+
+
+def header_of(message: str, name: str) -> str | None:
+    for line in message.split("\r\n\r\n", 1)[0].splitlines()[1:]:
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == name.lower():
+            return value.strip()
+    return None
 
 
 class SipCall(pj.Call):
@@ -315,6 +336,32 @@ class SipCall(pj.Call):
 
     def refer(self, uri: str) -> None:
         self.xfer(uri, pj.CallOpParam(True))
+
+    def supervise(self, supervisor: "SipCall", mode: str, person: "SipCall | None", ai_voice: bool) -> None:
+        """Join a supervisor's call to this one in pjmedia's conference bridge (SIP thread); called
+        again to switch modes, each switch one set of port connections (instant). `listen`: the
+        supervisor hears the caller, the agent's voice (`ai_voice`) and the person bridged to the
+        caller (`person`), and nobody hears them. `whisper`: the person hears them too (an AI agent
+        hears them through the supervisor leg's own recognizer instead). `barge`: the caller too."""
+        if mode not in SUPERVISION_MODES:
+            raise SipError(f"unknown supervision mode {mode!r}")
+        caller, sup = self.getAudioMedia(-1), supervisor.getAudioMedia(-1)
+        theirs = person.getAudioMedia(-1) if person is not None and not person.disconnected else None
+        for media in (caller, theirs):
+            if media is not None:
+                media.stopTransmit(sup)
+                sup.stopTransmit(media)
+        if self.port is not None:
+            self.port.stopTransmit(sup)
+        caller.startTransmit(sup)
+        if theirs is not None:
+            theirs.startTransmit(sup)
+        if ai_voice and self.port is not None:
+            self.port.startTransmit(sup)
+        if mode in ("whisper", "barge") and theirs is not None:
+            sup.startTransmit(theirs)
+        if mode == "barge":
+            sup.startTransmit(caller)
 
     def bridge_to(self, other: "SipCall") -> None:
         """Connect this call's audio with another call's, both ways, in pjmedia's conference bridge;
@@ -517,7 +564,7 @@ class SipEndpoint:
         call = SipCall(self, account, prm.callId)
         try:
             ci = call.getInfo()
-            info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri)
+            info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri, header_of(prm.rdata.wholeMsg, AGENT_HEADER))
             call.info = info
             source = prm.rdata.srcAddress
             if not self.config.allows(source):
