@@ -349,3 +349,35 @@ def test_the_main_screen_shows_alerts(snap_compare):
         await pilot.pause()
 
     assert snap_compare(offline_app(), terminal_size=(120, 36), run_before=run_before)
+
+
+def test_pilot_transfer_offers_the_flows_queues_and_the_free_agents():
+    from callcenter.supervisor.tui import PickTarget, QueuesUpdated
+
+    sent = []
+
+    class Recording(Server):
+        async def get(self, path):
+            assert path == "/api/flows"
+            return {"flows": [{"name": "support", "queues": ["billing", "technical"]}]}
+
+        async def post(self, path, body=None):
+            sent.append((path, body))
+            return {"ok": True}
+
+    async def go():
+        app = SupervisorApp([Recording("http://127.0.0.1:9", "t")], connect=False)
+        app.clock = lambda: 1796250000.0 + 8.0
+        async with app.run_test(size=(120, 36)) as pilot:
+            await feed(app, pilot, calls=1)
+            app.post_message(QueuesUpdated("http://127.0.0.1:9", {"type": "queues", **queue_board()}))
+            await pilot.pause()
+            await pilot.press("t")
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, PickTarget)
+            assert app.screen.choices == [("queue", "billing"), ("queue", "technical"), ("agent", "dave"), ("uri", "")]
+            await pilot.press("down", "down", "enter")  # the third: dave, the one free agent
+            await pilot.pause(0.2)
+
+    asyncio.run(go())
+    assert sent == [("/api/calls/call-00/transfer", {"agent": "dave"})]
