@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
+import os
 import signal
 import time
 import uuid
@@ -219,7 +221,8 @@ class LiveCall:
             await self._resupervise()
 
         return QueueWait(store, self.call_id, queue, settings, whisper, dial, connect, speak, self.events,
-                         free_slots=self.agent.free_slots)
+                         free_slots=self.agent.free_slots,
+                         center=lambda **data: self.agent.center_event("agent_state", **data))
 
     def on_consult_ended(self, leg: "ConsultLeg") -> None:
         if self.consult is leg:  # the person hung up after the bridge: the call is over
@@ -461,8 +464,8 @@ SUPERVISOR_MIN_BYTES = 2 * 8000 * 3 // 10  # shorter than 0.3 s: a click, not wo
 
 
 AGENT_CODES = {"*41": "login", "*42": "logout", "*45": "pause", "*46": "resume"}
-AGENT_CODE_SAID = {"login": "you are logged in", "logout": "you are logged out", "pause": "you are paused",
-                   "resume": "you are available again"}
+AGENT_CODE_SAID = {"login": "you are signed in and taking calls", "logout": "you are signed out",
+                   "pause": "you are paused", "resume": "you are available again"}
 
 
 class AgentCodeCall:
@@ -488,6 +491,9 @@ class AgentCodeCall:
                 self.log.info("agent_state", action=action, by="keypad")
                 if agent.control is not None:
                     agent.control.agent_changed(info.agent, action, "keypad")
+                else:
+                    agent.center_event("agent_state", agent=info.agent, action=action, by="keypad",
+                                       state=agent.queues.agent(info.agent).state.value)
             except QueueStoreError as exc:
                 self.text = f"Sorry, {exc}."
                 self.log.warning("agent_code_refused", error=str(exc))
@@ -658,6 +664,20 @@ class CallServer:
                 log.warning("prompt_not_warmed", text=text, error=str(exc))
         log.info("prompts_warmed", flow=flow.name, version=flow.version, prompts=len(prompts),
                  seconds=round(time.monotonic() - started, 1), cached_mb=round(self.tts.cache.bytes / 2**20, 1))
+
+    def center_event(self, kind: str, **data) -> None:
+        """A contact-center event that belongs to no call (an agent's state changed): one JSON line
+        in `<recordings>/contact-center-<YYYY-MM-DD>.jsonl` (mode 600), the day's record beside the
+        calls' own JSONL."""
+        line = {"kind": kind, "wall": round(time.time(), 3),
+                "worker": f"{self.config.listen.host}:{self.config.listen.port}", **data}
+        path = self.config.recordings / f"contact-center-{time.strftime('%Y-%m-%d')}.jsonl"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as f:
+                f.write(json.dumps(line) + "\n")  # one write of one line: workers appending at once never interleave
+        except OSError as exc:
+            log.error("center_event_not_written", error=str(exc), event=kind)
 
     async def keep_queues(self) -> None:
         """This worker's heartbeat in the shared queue store; it also clears what dead workers left."""

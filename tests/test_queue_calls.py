@@ -18,7 +18,6 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
-from callcenter.lab.agent_process import AgentProcess
 from callcenter.lab.fleet import Fleet
 from callcenter.lab.softphone import Softphone, caller_audio
 from tests.conftest import free_tcp_port, free_udp_port, rtp_base
@@ -162,6 +161,10 @@ def test_six_callers_wait_in_one_queue_across_two_workers_and_reach_agents(tmp_p
                 all(a["state"] in ("available", "wrap_up") for a in b["agents"] if a["name"] != "carol")
         wait_until(all_served, 120, "every caller answered and their agent's call over")
         assert api(urls[1], token, "/api/queues")["queues"][0]["waiting"] == 0
+        center = [json.loads(line) for f in fleet.recordings.glob("contact-center-*.jsonl")
+                  for line in f.read_text().splitlines()]
+        assert [(e["agent"], e["action"], e["by"]) for e in center if e["kind"] == "agent_state"] == \
+            [(n, "login", "supervisor") for n in PASSWORDS]
         req = urllib.request.Request(urls[1] + "/metrics", headers={"Authorization": f"Bearer {token}"})
         metrics = urllib.request.urlopen(req, timeout=10).read().decode()
         assert f'callcenter_queue_answered_today{{queue="help"}} {len(survivors)}' in metrics, metrics[-2000:]
@@ -209,47 +212,26 @@ def test_six_callers_wait_in_one_queue_across_two_workers_and_reach_agents(tmp_p
         fleet.stop()
 
 
-def test_a_caller_nobody_answers_goes_the_max_wait_way(tmp_path, caller_voice, stt):
-    flow = tmp_path / "queue.yaml"
-    flow.write_text(FLOW.format(max_wait=8))
-    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), flow, extra_config=(
-        "contact_center:\n  agents:\n    - {name: alice, uri: 'sip:alice@127.0.0.1:9', logged_in: false}\n"
-        "    - {name: bob, uri: 'sip:bob@127.0.0.1:9', logged_in: false}\n"
-        "    - {name: carol, uri: 'sip:carol@127.0.0.1:9', logged_in: false}\n")).start()
-    try:
-        said = caller_voice("bill", "I have a question about my bill.")
-        mic = caller_audio([said], tmp_path / "mic.wav", lead_s=4.0, gap_s=0, tail_s=30)
-        with Softphone(tmp_path / "phone", mic) as phone:
-            phone.dial(agent.uri)
-            assert phone.wait_established(10), phone.log()
-            assert phone.wait_ended(60), phone.log()
-            heard = read_wav(phone.received_wav())
-        events = read_events(agent.calls()[0])
-        left = [e for e in events if e["kind"] == "queue" and e["what"] == "left"]
-        assert left and left[0]["why"] == "timeout", [e for e in events if e["kind"] == "queue"]
-        decision = [e for e in events if e["kind"] == "flow_decision" and e.get("node") == "voicemail"]
-        assert decision or any(e["kind"] == "voicemail" for e in events)
-        assert {"message", "tone"} <= words(stt, heard), "the caller heard the voicemail prompt"
-    finally:
-        agent.stop()
-
-
-def test_an_agent_pauses_and_resumes_from_their_phone_by_keypad_code(tmp_path, stt):
+def test_keypad_codes_then_unreachable_agents_and_the_max_wait_way(tmp_path, caller_voice, stt):
     """*45 and *46 dialled from a registered agent phone: Kamailio authenticates the agent and names
-    them to the worker, which changes their state and says so."""
+    them to the worker, which changes their state and says so; a caller cannot dial a code. Then a
+    caller queues while no agent's phone is registered: each is paused as unreachable (480 from
+    Kamailio, or 404 for agents it was not told of), no phone is rung in a loop, and after
+    max_wait_s the caller goes the flow's on_timeout way, to voicemail."""
     sip, balancer = free_udp_port(), free_udp_port()
     flow = tmp_path / "queue.yaml"
-    flow.write_text(FLOW.format(max_wait=60))
+    flow.write_text(FLOW.format(max_wait=8))
     fleet = Fleet(tmp_path, flow, 1, sip, balancer, rtp_port=rtp_base(), agents={"alice": PASSWORDS["alice"]},
                   extra_config=f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n  agents:\n"
-                               f"    - {{name: alice}}\n    - {{name: bob}}\n    - {{name: carol}}\n")
+                               f"    - {{name: alice, logged_in: false}}\n    - {{name: bob}}\n    - {{name: carol}}\n")
     try:
         fleet.start()
         from callcenter.call.queues import AgentState, QueueStore
 
         store = QueueStore(fleet.recordings / "queues.db", "test")
         mic = caller_audio([], tmp_path / "silence.wav", lead_s=8, gap_s=0, tail_s=0)
-        for code, state, said in (("*45", AgentState.PAUSED, "paused"), ("*46", AgentState.AVAILABLE, "available")):
+        for code, state, said in (("*41", AgentState.AVAILABLE, "calls"), ("*45", AgentState.PAUSED, "paused"),
+                                  ("*46", AgentState.AVAILABLE, "available")):
             phone = Softphone(tmp_path / f"alice{code[1:]}", mic, user="alice", registrar=f"127.0.0.1:{balancer}",
                               password=PASSWORDS["alice"]).start()
             try:
@@ -258,14 +240,38 @@ def test_an_agent_pauses_and_resumes_from_their_phone_by_keypad_code(tmp_path, s
                 assert phone.wait_ended(30), phone.log()
                 assert store.agent("alice").state == state
                 heard = words(stt, read_wav(phone.received_wav()))
-                assert {"alice", said} & heard and said in heard, heard
+                assert said in heard, heard
             finally:
                 phone.close()
-        assert store.agent("alice").reason == ""
         # a caller who is not an agent cannot dial a code (no credentials: challenged, then refused)
         with Softphone(tmp_path / "mallory", mic, user="mallory") as phone:
             phone.dial(f"sip:*45@127.0.0.1:{balancer}")
             assert not phone.wait_established(5)
         assert store.agent("alice").state == AgentState.AVAILABLE
+        # now nobody's phone is registered (alice's has quit): a caller waits in vain
+        said = caller_voice("bill", "I have a question about my bill.")
+        caller_mic = caller_audio([said], tmp_path / "mic.wav", lead_s=4.0, gap_s=0, tail_s=30)
+        with Softphone(tmp_path / "phone", caller_mic) as phone:
+            phone.dial(fleet.uri)
+            assert phone.wait_established(10), phone.log()
+            assert phone.wait_ended(60), phone.log()
+            heard = read_wav(phone.received_wav())
+        events = read_events(fleet.calls()[-1])
+        left = [e for e in events if e["kind"] == "queue" and e["what"] == "left"]
+        assert left and left[0]["why"] == "timeout", [e for e in events if e["kind"] == "queue"]
+        assert sum(e["kind"] == "queue" and e["what"] == "ring" for e in events) == 3  # each once, then paused
+        assert any(e["kind"] == "voicemail" for e in events) or \
+            any(e["kind"] == "flow_decision" and e.get("next_node") == "voicemail" for e in events)
+        assert {"message", "tone"} <= words(stt, heard), "the caller heard the voicemail prompt"
+        for name in ("alice", "bob", "carol"):
+            agent = store.agent(name)
+            assert agent.state == AgentState.PAUSED and agent.reason.startswith("unreachable: "), agent
+        assert "480" in store.agent("alice").reason  # Kamailio: her phone is not registered (any more)
+        assert "404" in store.agent("bob").reason  # not an agent Kamailio knows (not in --agent)
+        center = [json.loads(line) for f in fleet.recordings.glob("contact-center-*.jsonl")
+                  for line in f.read_text().splitlines()]
+        assert [(e["action"], e["by"]) for e in center][:3] == [("login", "keypad"), ("pause", "keypad"),
+                                                               ("resume", "keypad")]
+        assert sorted(e["agent"] for e in center if e["action"] == "autopause") == ["alice", "bob", "carol"]
     finally:
         fleet.stop()

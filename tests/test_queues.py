@@ -279,3 +279,19 @@ def test_queue_settings_errors_say_where(tmp_path, bad, message):
 def test_a_queue_needs_someone_to_answer_it():
     with pytest.raises(ValueError, match="agents or skills"):
         QueueSettings()
+
+
+def test_a_phone_that_turns_calls_down_at_once_is_not_rung_again_for_a_while(tmp_path):
+    from callcenter.call.queues import RETRY_S
+
+    clock = Clock()
+    s = store(tmp_path, clock=clock, agents=(("alice", ()),))
+    s.define_queue("sales", ["alice"], [], "longest_idle", 20)
+    s.join("c1", "sales")
+    s.claim("c1")
+    s.ring_ended("c1", None, ["alice"], declined=["alice"])  # 486 Busy Here: no tight loop of INVITEs
+    assert s.agent("alice").state == AgentState.AVAILABLE
+    assert s.claim("c1") is None
+    clock.t += RETRY_S + 0.1
+    s.heartbeat()
+    assert [a.name for a in s.claim("c1").agents] == ["alice"]

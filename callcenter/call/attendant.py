@@ -47,7 +47,7 @@ class QueueWait:
                  dial: Callable[[str, str], Awaitable[AgentLeg]],
                  connect: Callable[[AgentLeg], Awaitable[None]],
                  speak: Callable[[object, str], Awaitable[None]], events,
-                 free_slots: Callable[[], int] = lambda: 1):
+                 free_slots: Callable[[], int] = lambda: 1, center: Callable[..., None] = lambda **_: None):
         self.store = store
         self.call_id = call_id
         self.queue = queue
@@ -58,6 +58,7 @@ class QueueWait:
         self._speak = speak
         self.events = events
         self._free_slots = free_slots
+        self._center = center  # the contact center's own record (an agent paused as unreachable)
         self.result: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.agent: Agent | None = None
         self.leg: AgentLeg | None = None
@@ -86,6 +87,7 @@ class QueueWait:
                     continue
                 if await self._ring(ring.agents):
                     return
+                await asyncio.sleep(POLL_S)  # never a tight loop of calls, whatever the phones answer
         except QueueStoreError as exc:
             log.error("queue_store_failed", error=str(exc))
             self._finish("unavailable")
@@ -101,6 +103,7 @@ class QueueWait:
         self.events.emit(ev.QUEUE, what="ring", queue=self.queue, agents=names)
         legs: dict[str, AgentLeg] = {}
         refused: dict[str, str] = {}  # the agent's phone cannot be reached: they are paused
+        declined: list[str] = []  # turned down at once (busy, declined): not rung again for a while
         for a in agents:
             try:
                 legs[a.name] = await self._dial(a.uri, a.name)
@@ -122,6 +125,8 @@ class QueueWait:
                     winner = name
                 elif fut.exception() is not None and unreachable(str(fut.exception())):
                     refused[name] = str(fut.exception())
+                elif fut.exception() is not None:
+                    declined.append(name)
         for fut in pending:
             fut.cancel()
         self._ringing = []
@@ -135,8 +140,9 @@ class QueueWait:
         for name, why in refused.items():
             self.events.emit(ev.QUEUE, what="agent_unreachable", queue=self.queue, agent=name, error=why)
             log.warning("agent_unreachable", agent=name, error=why)
+            self._center(agent=name, action="autopause", state="paused", reason=f"unreachable: {why}", by="queue")
         if winner is None:
-            self.store.ring_ended(self.call_id, None, names, unreachable=refused)
+            self.store.ring_ended(self.call_id, None, names, unreachable=refused, declined=declined)
             if unanswered:
                 self.events.emit(ev.QUEUE, what="no_answer", queue=self.queue, agents=unanswered)
             return False

@@ -31,6 +31,7 @@ HEARTBEAT_S = 1.0
 WORKER_STALE_S = 4.0  # a worker that has not beaten its heart this long is taken for dead
 DEFAULT_HANDLE_S = 180.0  # expected talk + wrap-up time of a call before the queue has any history
 HANDLE_HISTORY = 20  # answered calls the expected wait is averaged over
+RETRY_S = 5.0  # an agent whose phone turned a call down at once (busy, declined) is not rung again sooner
 STRATEGIES = ("longest_idle", "round_robin", "ring_all")
 
 
@@ -102,7 +103,7 @@ CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY, uri TEXT NOT NULL, skills TEXT NOT NULL DEFAULT '[]',
     state TEXT NOT NULL DEFAULT 'logged_out', reason TEXT NOT NULL DEFAULT '', since REAL NOT NULL,
     idle_since REAL NOT NULL DEFAULT 0, last_rung REAL NOT NULL DEFAULT 0, wrap_until REAL NOT NULL DEFAULT 0,
-    call_id TEXT, worker TEXT);
+    call_id TEXT, worker TEXT, retry_after REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS callers (
     call_id TEXT PRIMARY KEY, queue TEXT NOT NULL, worker TEXT NOT NULL, joined REAL NOT NULL,
     state TEXT NOT NULL DEFAULT 'waiting', tried TEXT NOT NULL DEFAULT '[]');
@@ -137,6 +138,9 @@ class QueueStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed change survives kill -9
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(agents)")}
+            if "retry_after" not in columns:  # a store made before agents had a retry time
+                self._db.execute("ALTER TABLE agents ADD COLUMN retry_after REAL NOT NULL DEFAULT 0")
         except sqlite3.Error as exc:
             raise QueueStoreError(f"queue store {self.path}: {exc}") from None
         os.chmod(self.path, 0o600)
@@ -340,7 +344,7 @@ class QueueStore:
             if not qrow:
                 return None
             members, skills, strategy = set(json.loads(qrow[0][0])), set(json.loads(qrow[0][1])), qrow[0][2]
-            free = [a for a in self._agent_rows("WHERE state IN ('available', 'wrap_up')")
+            free = [a for a in self._agent_rows("WHERE state IN ('available', 'wrap_up') AND retry_after <= ?", now)
                     if a.state == AgentState.AVAILABLE and (a.name in members or skills & set(a.skills))]
             if not free:
                 return None
@@ -364,11 +368,13 @@ class QueueStore:
         return self._tx(run)
 
     def ring_ended(self, call_id: str, answered_by: str | None, rung: list[str],
-                   unreachable: dict[str, str] | None = None) -> None:
+                   unreachable: dict[str, str] | None = None, declined: list[str] | None = None) -> None:
         """The agents rung for this caller: one answered (on call now; the others free again), or
         nobody did (all free again, and the caller waits in their old place for the next). Agents
-        whose phone refused the call (`unreachable`: name -> why) are paused with the reason."""
+        whose phone refused the call (`unreachable`: name -> why) are paused with the reason; those
+        whose phone turned it down at once (`declined`: busy, declined) are not rung for RETRY_S."""
         unreachable = unreachable or {}
+        declined = declined or []
 
         def run():
             now = self.clock()
@@ -380,8 +386,9 @@ class QueueStore:
                 self._log(now, row[0][0] if row else "", call_id, name, "agent_unreachable", None)
             for name in rung:
                 if name != answered_by and name not in unreachable:
-                    self._db.execute("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL "
-                                     "WHERE name=? AND state='ringing' AND call_id=?", (now, name, call_id))
+                    self._db.execute("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL, "
+                                     "retry_after=? WHERE name=? AND state='ringing' AND call_id=?",
+                                     (now, now + RETRY_S if name in declined else 0, name, call_id))
             if answered_by is None:
                 if row:
                     tried = sorted(set(json.loads(row[0][2])) | set(rung))

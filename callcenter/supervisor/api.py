@@ -242,9 +242,10 @@ class ControlApi:
             agent = self.agent.queues.agent(name)
         except Exception:
             return
-        self._broadcast({"type": "event", "event": {
-            "kind": "agent_state", "agent": name, "action": action, "state": agent.state.value,
-            "reason": agent.reason, "by": by, "wall": round(time.time(), 3)}})
+        event = {"kind": "agent_state", "agent": name, "action": action, "state": agent.state.value,
+                 "reason": agent.reason, "by": by}
+        self.agent.center_event(**event)
+        self._broadcast({"type": "event", "event": {**event, "wall": round(time.time(), 3)}})
 
     async def _calls(self, request: web.Request) -> web.Response:
         return web.json_response({"calls": self._table_rows()})

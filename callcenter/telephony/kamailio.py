@@ -245,6 +245,13 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
         if (!t_relay()) sl_reply_error();
         exit;
     }}
+    if (is_method("INVITE") && ds_is_from_list("{dset}")) {{
+        # a worker calls through the balancer only to reach an agent: anyone else is not one of
+        # ours (an agent missing from --agent), and must never loop back to a worker as a caller
+        xlog("L_WARN", "worker $si:$sp called $ru, not a registered agent of this balancer\n");
+        sl_send_reply("404", "Not An Agent Here");
+        exit;
+    }}
 """
 
 REGISTRAR_ROUTE = """route[REGISTRAR] {{
