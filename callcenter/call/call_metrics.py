@@ -40,6 +40,16 @@ class CallMetrics:
                     "(0 outside `serve --workers`).", lambda: {(worker,): restarts}, ("worker",)))
         r.add(Gauge("callcenter_resident_memory_bytes", "Resident memory of this process.",
                     lambda: rss_mb() * 2**20))
+        self.watch_models()
+
+    def watch_models(self) -> None:
+        """Offline model turns by path (the hybrid: embedding, model, unsure, busy, failed)."""
+        from callcenter.dialog.local_llm import PATHS
+
+        self.registry.add(Gauge("callcenter_llm_turns_total", "llm-node turns of the offline hybrid, by the path "
+                                "that decided: embedding (clear at once), model, and the embedding path's "
+                                "reply when the model was unsure, busy (admission control) or failed.",
+                                lambda: {(p,): n for p, n in PATHS.items()}, ("path",), kind="counter"))
 
     def watch_queues(self, store) -> None:
         """The contact center's queues and agents (the shared store: every worker reports the same

@@ -530,6 +530,7 @@ class CallSession:
         self.events.emit(ev.LLM_REPLY, node=request.node, ms=round(result.seconds * 1000),
                          first_sentence_ms=round(result.first_text_s * 1000) if result.first_text_s else None,
                          text=result.reply.text if result.reply else None,
+                         **({"via": result.reply.via} if result.reply is not None and result.reply.via else {}),
                          **({"error": result.error} if result.error else {}))
         await self._decide(lambda: self.dialog.on_thought(result.reply, result.error), caller_input=False)
 

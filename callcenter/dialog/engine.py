@@ -116,6 +116,7 @@ class LlmReply:
     slots: dict[str, Any] = field(default_factory=dict)
     tool: str | None = None
     tool_args: dict[str, Any] = field(default_factory=dict)
+    via: str = ""  # the offline hybrid: which path decided (embedding, model, unsure, busy, failed)
 
 
 @dataclass(frozen=True)

@@ -539,8 +539,10 @@ def trouble_destination(flow: "Flow") -> str | None:
 
 
 class LlmProviderConfig(_Strict):
-    kind: Literal["local", "openai", "anthropic", "bedrock"] = Field(
-        "local", description="local: offline (sentence embeddings and rules, no key, no network); openai: any "
+    kind: Literal["local", "local-llm", "openai", "anthropic", "bedrock"] = Field(
+        "local", description="local: offline (sentence embeddings and rules, no key, no network; with the "
+                             "offline model built, unclear turns go to it: `callcenter llm build`); local-llm: "
+                             "every turn to the offline model (Qwen2.5-Coder-1.5B int8 on the CPU); openai: any "
                              "OpenAI-compatible chat completions server (vLLM, Ollama, llama.cpp, OpenAI); "
                              "anthropic: the Messages API; bedrock: AWS Bedrock ConverseStream (optional extra).")
     model: str | None = None

@@ -406,8 +406,14 @@ class BedrockConverse:
 
 
 def make_provider(config: LlmProviderConfig) -> LlmProvider:
-    if config.kind == "local":
-        return LocalTriage()
+    if config.kind == "local":  # the embedding path, behind which the built offline model waits
+        from callcenter.dialog.local_llm import default_local_provider
+
+        return default_local_provider()
+    if config.kind == "local-llm":
+        from callcenter.dialog.local_llm import LocalLlm
+
+        return LocalLlm()
     if config.kind == "openai":
         return OpenAiChat(config)
     if config.kind == "bedrock":

@@ -73,6 +73,7 @@ class Floor:
         self.abandoned = 0
         self.voice_to_voice: deque[float] = deque(maxlen=2000)
         self.dropped = 0
+        self.model_paths: dict[str, int] = {}  # the offline hybrid's turns by path (llm_reply via)
 
     def view(self, server: str, call_id: str) -> CallView:
         key = f"{server}|{call_id}"
@@ -123,6 +124,8 @@ class Floor:
                     self.voice_to_voice.append(t["voice_to_voice"])
         elif kind == "transfer" and e.get("accepted"):
             self.transfers += 1
+        elif kind == "llm_reply" and e.get("via") and not replay:
+            self.model_paths[e["via"]] = self.model_paths.get(e["via"], 0) + 1
         elif kind == "flow_decision" and e.get("next_node"):
             view.row["node"] = e["next_node"]
         elif kind == "call_end":

@@ -591,6 +591,11 @@ class SupervisorApp(App):
         servers = f"{len(self.floor.servers) - len(down)}/{len(self.servers)} servers"
         text = Text(f"now {a['now']}  today {a['today']}  v2v p50/p95 {v2v}  transfers {a['transfers']}  "
                     f"abandoned {a['abandoned']}  {servers}")
+        paths = self.floor.model_paths
+        if paths:
+            fell_back = sum(n for p, n in paths.items() if p in ("busy", "unsure", "failed"))
+            text.append(f"  model {paths.get('model', 0)}/{sum(paths.values())} turns, fell back {fell_back}"
+                        f" (busy {paths.get('busy', 0)})", style="yellow" if paths.get("busy") else "")
         if self.floor_queues.get("queues"):
             waiting = sum(q.get("waiting", 0) for q in self.floor_queues["queues"])
             free = sum(a.get("state") == "available" for a in self.floor_queues.get("agents", []))

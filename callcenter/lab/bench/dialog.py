@@ -86,10 +86,10 @@ def _examples(flow) -> dict[str, list[str]]:
 
 def score(matcher, rows=TEST_SET) -> dict:
     right = wrong = none = 0
-    wrong_cases, times = [], []
+    wrong_cases, times, got_all = [], [], {}
     for text, want in rows:
         t0 = time.perf_counter()
-        got = matcher.match(text).intent
+        got = got_all[text] = matcher.match(text).intent
         times.append(time.perf_counter() - t0)
         if got == want:
             right += 1
@@ -105,16 +105,68 @@ def score(matcher, rows=TEST_SET) -> dict:
         "right": round(right / n, 3),
         "wrong_intent": round(wrong / n, 3),
         "no_match": round(none / n, 3),
-        "in_scope_recognised": round(sum(1 for t, w in rows if w is not None and matcher.match(t).intent == w)
-                                     / in_scope, 3),
-        "out_of_scope_rejected": round(sum(1 for t, w in rows if w is None and matcher.match(t).intent is None)
+        "in_scope_recognised": round(sum(1 for t, w in rows if w is not None and got_all[t] == w) / in_scope, 3),
+        "out_of_scope_rejected": round(sum(1 for t, w in rows if w is None and got_all[t] is None)
                                        / (n - in_scope), 3),
         "ms_per_sentence_p50": round(statistics.median(times) * 1000, 2),
         "wrong_cases": wrong_cases,
     }
 
 
-def run_nlu_bench(out: Path) -> dict:
+class ModelMatcher:
+    """The offline generative model as an intent matcher: the triage node's choices and the flow's
+    global intents as one list of choices; the reply's `choice:` line is the answer (decoding stops
+    after it). With `first`, a hybrid: `first` decides when it is sure, the model only otherwise."""
+
+    def __init__(self, flow, first=None):
+        import threading
+
+        from callcenter.dialog.engine import LlmRequest
+        from callcenter.dialog.local_llm import LocalModel, system_prompt
+
+        node = flow.nodes[NODE]
+        choices = {name: (c.description, tuple(c.examples)) for name, c in node.choices.items()}
+        choices.update({name: ("the caller asks for a person (an operator, a human, an agent)",
+                               tuple(g.examples)) for name, g in flow.globals.intents.items()})
+        self._request = lambda text: LlmRequest(node=NODE, provider="local-llm", instructions=node.instructions,
+                                                knowledge=None, choices=choices, slots={}, tools={}, history=(),
+                                                utterance=text, time_budget_s=30, fallback="")
+        self.system = system_prompt(self._request(""))
+        self.model = LocalModel.shared()
+        self.first = first
+        self.paths: dict[str, list[float]] = {"first": [], "model": []}
+        self._threading = threading
+
+    def match(self, text: str):
+        from callcenter.dialog.local_llm import ReplyParser, turn_prompt
+        from callcenter.dialog.nlu import IntentMatch
+
+        t0 = time.perf_counter()
+        if self.first is not None:
+            quick = self.first.match(text)
+            if quick.intent is not None:
+                self.paths["first"].append(time.perf_counter() - t0)
+                return quick
+        request = self._request(text)
+        parser = ReplyParser(request, lambda _: None)
+        stop = self._threading.Event()
+
+        def on_text(delta: str) -> None:
+            parser.feed(delta)
+            if "choice" in parser.fields or parser.saying:
+                stop.set()
+        choice_p = self.model.generate(self.system, turn_prompt(request), on_text, stop, max_new_tokens=16)
+        reply = parser.close(choice_p)
+        self.paths["model"].append(time.perf_counter() - t0)
+        return IntentMatch(reply.choice, 1.0 if reply.choice else 0.0, 0.0)
+
+    def path_summary(self) -> dict:
+        n = sum(len(v) for v in self.paths.values())
+        return {"share_to_model": round(len(self.paths["model"]) / n, 3) if n else None,
+                **{f"{k}_ms_p50": round(statistics.median(v) * 1000, 1) for k, v in self.paths.items() if v}}
+
+
+def run_nlu_bench(out: Path, model: bool | None = None) -> dict:
     from callcenter.dialog.embed import shared_encoder
 
     flow = load_flow(FLOW)
@@ -132,6 +184,14 @@ def run_nlu_bench(out: Path) -> dict:
         "encoder_load_s": round(load_s, 2),
         "index_examples_s": round(index_s, 3),
     }
+    from callcenter.dialog.llm_model import installed
+
+    if model or (model is None and installed()):
+        alone = ModelMatcher(flow)
+        report["model_only"] = {**score(alone), **alone.path_summary()}
+        hybrid = ModelMatcher(flow, first=semantic)
+        report["hybrid"] = {**score(hybrid), **hybrid.path_summary()}
+        report["model"] = "Qwen2.5-Coder-1.5B-Instruct, CTranslate2 int8, 2 threads, greedy"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     return report

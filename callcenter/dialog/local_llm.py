@@ -1,0 +1,355 @@
+"""The offline generative provider (`kind: local-llm`) and the hybrid that puts it behind the
+embedding path (what `kind: local` becomes once the model is built).
+
+- `LocalLlm`: Qwen2.5-Coder-1.5B-Instruct, CTranslate2 int8 (`llm_model.py` builds it). The node's
+  instructions, knowledge, choices, slots and tools make the system prompt, which CTranslate2 keeps
+  as a cached prefix (`static_prompt`): a turn feeds only the conversation and the caller's words.
+  The model answers in a small line format (`choice:`, one line per slot, `tool:`, then `say:`), so
+  its decision is held to the node's lists here (anything else is dropped and logged; the engine
+  checks again), and the words after `say:` stream to the voice sentence by sentence.
+- `Admission`: a 1.5B model uses both cores while it thinks, so the machine runs at most N model
+  turns at once (`CALLCENTER_LLM_SLOTS`, default 1) across every worker process, by lock files. A
+  turn that cannot start within `ADMISSION_WAIT_S` is refused (`LlmBusy`).
+- `HybridTriage`: the embedding path (`LocalTriage`) decides clear cases at once; an unclear one goes
+  to the model; a refused or failed model turn falls back to the embedding path's own reply, so the
+  caller never waits in silence. It counts each path for `bench nlu` and `/metrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import functools
+import math
+import os
+import re
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from callcenter.dialog.engine import LlmReply, LlmRequest
+from callcenter.dialog.llm import DONT_KNOW, LlmError, LocalTriage, TextSink
+from callcenter.dialog.llm_model import LlmModelError, installed, model_dir
+
+log = structlog.get_logger()
+
+ADMISSION_WAIT_S = 0.4  # a model turn that cannot start by then goes the embedding way
+MAX_NEW_TOKENS = 96
+EXAMPLES = 5  # example phrases per choice shown to the model
+CHOICE_PREFIX = "choice:"
+MIN_CHOICE_P = 0.6  # a choice the model is less sure of than this is not taken (the embedding path asks)
+THREADS = 2
+SLOTS_ENV = "CALLCENTER_LLM_SLOTS"
+OFF_ENV = "CALLCENTER_LLM"  # "off": `local` stays the embedding path even with the model built
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+NONE_WORDS = {"none", "null", "n/a", "unknown", "", "-"}
+
+
+PATHS: Counter[str] = Counter()  # this process's hybrid turns by path, for /metrics
+
+
+class LlmBusy(LlmError):
+    """Every model slot of the machine is busy: this turn goes the embedding way."""
+
+
+class LlmUnsure(LlmError):
+    """The model started on a choice it was not sure of: nothing was said; the embedding way asks."""
+
+
+class Admission:
+    """At most `slots` model turns at once on this machine, across processes (flock on files)."""
+
+    def __init__(self, slots: int | None = None, folder: Path | None = None):
+        self.slots = slots or int(os.environ.get(SLOTS_ENV, "1") or 1)
+        self.folder = folder or model_dir().parent / "slots"
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def try_acquire(self) -> int | None:
+        for i in range(self.slots):
+            fd = os.open(self.folder / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        return None
+
+    async def acquire(self, wait_s: float = ADMISSION_WAIT_S) -> int:
+        deadline = time.monotonic() + wait_s
+        while True:
+            fd = self.try_acquire()
+            if fd is not None:
+                return fd
+            if time.monotonic() >= deadline:
+                raise LlmBusy(f"all {self.slots} model slot(s) busy for {wait_s} s")
+            await asyncio.sleep(0.01)
+
+    @staticmethod
+    def release(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class LocalModel:
+    """The loaded generator and tokenizer (one per process; loading takes a second or two)."""
+
+    _shared: "LocalModel | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self, path: Path | None = None, threads: int = THREADS):
+        import ctranslate2
+        from tokenizers import Tokenizer
+
+        path = Path(path or model_dir())
+        if not (path / "model.bin").exists():
+            raise LlmModelError(f"no model at {path}: run `callcenter llm build` (needs pip install -e '.[llm]')")
+        self.generator = ctranslate2.Generator(str(path), device="cpu", compute_type="int8",
+                                               inter_threads=1, intra_threads=threads)
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+
+    @classmethod
+    def shared(cls) -> "LocalModel":
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = LocalModel()
+            return cls._shared
+
+    def tokens(self, text: str) -> list[str]:
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def generate(self, static: str, prompt: str, on_text, stop: threading.Event,
+                 max_new_tokens: int = MAX_NEW_TOKENS, on_first=None) -> float:
+        """Greedy decoding of `prompt` after the cached `static` prefix; `on_text(delta)` for each
+        new piece of text (on this thread). Returns the probability of the first token (how sure
+        the model was of what it started with: with the prompt ending in `choice:`, of its choice)."""
+        ids: list[int] = []
+        text = ""
+        first_p = 1.0
+        for step in self.generator.generate_tokens(self.tokens(prompt), static_prompt=self.tokens(static),
+                                                   max_length=max_new_tokens, sampling_topk=1, return_log_prob=True,
+                                                   end_token=[IM_END, "<|endoftext|>"]):
+            if not ids:
+                first_p = math.exp(step.log_prob)
+                if on_first is not None:
+                    on_first(first_p)
+            if stop.is_set():
+                break
+            ids.append(step.token_id)
+            new = self.tokenizer.decode(ids)
+            if new.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
+                continue
+            delta, text = new[len(text):], new
+            if delta:
+                on_text(delta)
+        return first_p
+
+
+def system_prompt(request: LlmRequest) -> str:
+    """The node's part of the prompt, the same for every turn at this node (the cached prefix)."""
+    parts = [request.instructions.strip(), "You are a phone agent. Keep every reply to one or two short spoken "
+                                           "sentences: no lists, no markdown, no emoji."]
+    if request.knowledge:
+        parts.append("Facts you may use (answer only from them; if they do not cover the question, say you "
+                     "do not have that information):\n" + request.knowledge.strip())
+    lines = ["Write your reply in exactly this format, one item per line:"]
+    if request.choices:
+        listing = "\n".join(f"- {n}: {desc}" + (f" (for example: {'; '.join(examples[:EXAMPLES])})"
+                                                if examples else "")
+                            for n, (desc, examples) in request.choices.items())
+        parts.append("What the caller may need. Choose one only when the caller's words clearly ask for it; "
+                     "a problem with the caller's own device, connection or account is not an outage "
+                     f"unless they say an area or many people are affected:\n{listing}")
+        lines.append(f"choice: one of {', '.join(request.choices)}, or none (greetings, yes or no alone, "
+                     "anything else)")
+    for name, slot in request.slots.items():
+        lines.append(f"{name}: the {slot.type} the caller gave, or none")
+    if request.tools:
+        tools = "; ".join(f"{n} ({t.description or t.type})" for n, t in request.tools.items())
+        lines.append(f"tool: one of {', '.join(request.tools)} ({tools}), or none")
+    lines.append("say: what you say to the caller (when you chose, a short confirmation; when unsure, one "
+                 "short clarifying question)")
+    parts.append("\n".join(lines))
+    return f"{IM_START}system\n" + "\n\n".join(parts) + f"{IM_END}\n"
+
+
+def turn_prompt(request: LlmRequest) -> str:
+    """The conversation so far and the caller's words: what each turn feeds after the prefix."""
+    out = []
+    for who, text in request.history[-6:]:
+        role = "user" if who == "caller" else "assistant"
+        out.append(f"{IM_START}{role}\n{text}{IM_END}\n")
+    out.append(f"{IM_START}user\n{request.utterance}{IM_END}\n{IM_START}assistant\n")
+    if request.choices:  # the reply starts with the choice: its first token's probability is the confidence
+        out.append(CHOICE_PREFIX)
+    return "".join(out)
+
+
+class ReplyParser:
+    """Reads the model's lines as they stream: header lines (choice, slots, tool) are collected;
+    the text after `say:` goes straight to the voice."""
+
+    def __init__(self, request: LlmRequest, on_text: TextSink):
+        self.request = request
+        self.on_text = on_text
+        self.buffer = CHOICE_PREFIX if request.choices else ""  # the prompt ends with it
+        self.saying = False
+        self.fields: dict[str, str] = {}
+        self.said = ""
+        self.choice_p = 1.0  # the model's probability for the first token of its choice
+        self.unsure = False  # it chose, but not surely: say nothing of what it goes on to write
+
+    def confidence(self, p: float) -> None:
+        self.choice_p = p
+
+    def feed(self, delta: str) -> None:
+        if self.saying:
+            self._say(delta)
+            return
+        self.buffer += delta
+        while "\n" in self.buffer or re.match(r"\s*say\s*:", self.buffer, re.I):
+            m = re.match(r"\s*say\s*:\s*", self.buffer, re.I)
+            if m:
+                self.saying = True
+                rest, self.buffer = self.buffer[m.end():], ""
+                self._say(rest)
+                return
+            line, self.buffer = self.buffer.split("\n", 1)
+            key, sep, value = line.partition(":")
+            if sep:
+                self.fields[key.strip().lower()] = value.strip()
+                if key.strip().lower() == "choice" and value.strip().strip(".").lower() not in NONE_WORDS \
+                        and self.choice_p < MIN_CHOICE_P:
+                    self.unsure = True
+
+    def _say(self, delta: str) -> None:
+        if not self.said:
+            delta = delta.lstrip().lstrip('"')
+        if delta and not self.unsure:
+            self.said += delta
+            self.on_text(delta)
+
+    def close(self, choice_p: float = 1.0) -> LlmReply:
+        """The decision; a choice the model was less sure of than MIN_CHOICE_P is dropped."""
+        if not self.saying and self.buffer.strip():  # a model that skipped the format: its words are the reply
+            key, sep, value = self.buffer.partition(":")
+            if sep and key.strip().lower() in ("choice", "tool", *self.request.slots):
+                self.fields[key.strip().lower()] = value.strip()
+            else:
+                self._say(self.buffer.strip())
+        out = LlmReply(text=self.said.strip().strip('"'))
+        choice = self.fields.get("choice", "").strip().strip(".").lower()
+        if choice not in NONE_WORDS and choice_p < MIN_CHOICE_P:
+            log.info("llm_choice_unsure", node=self.request.node, choice=choice[:60], p=round(choice_p, 2))
+        elif choice not in NONE_WORDS:
+            names = {n.lower(): n for n in self.request.choices}
+            if choice in names:
+                out.choice = names[choice]
+            else:
+                log.warning("llm_choice_rejected", node=self.request.node, choice=choice[:60])
+        for name in self.request.slots:
+            value = self.fields.get(name.lower(), "").strip().strip(".")
+            if value.lower() not in NONE_WORDS:
+                out.slots[name] = value
+        tool = self.fields.get("tool", "").strip().strip(".")
+        if tool.lower() not in NONE_WORDS:
+            if tool in self.request.tools:
+                out.tool = tool
+            else:
+                log.warning("llm_tool_rejected", node=self.request.node, tool=tool[:60])
+        return out
+
+
+class LocalLlm:
+    """`kind: local-llm`: every turn goes to the model (waiting for a slot at most ADMISSION_WAIT_S)."""
+
+    def __init__(self, model: LocalModel | None = None, admission: Admission | None = None):
+        self._model = model
+        self.admission = admission or Admission()
+
+    @property
+    def model(self) -> LocalModel:
+        if self._model is None:
+            self._model = LocalModel.shared()
+        return self._model
+
+    async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
+        fd = await self.admission.acquire()
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        parser = ReplyParser(request, on_text)
+
+        def delta(text: str) -> None:
+            if parser.unsure:
+                stop.set()
+            loop.call_soon_threadsafe(parser.feed, text)
+
+        def first(p: float) -> None:
+            loop.call_soon_threadsafe(parser.confidence, p)
+
+        try:
+            choice_p = await loop.run_in_executor(None, functools.partial(
+                self.model.generate, system_prompt(request), turn_prompt(request), delta, stop, on_first=first))
+        except asyncio.CancelledError:
+            stop.set()  # the time budget ran out or the caller hung up: the model stops at its next token
+            raise
+        finally:
+            Admission.release(fd)
+        await asyncio.sleep(0)  # the last deltas, posted from the model's thread, are fed first
+        if parser.unsure:
+            raise LlmUnsure(f"choice {parser.fields.get('choice', '')!r} at p={choice_p:.2f}")
+        reply = parser.close(choice_p)
+        if not reply.text and reply.choice is None and reply.tool is None and request.knowledge:
+            reply.text = DONT_KNOW
+            on_text(DONT_KNOW)
+        return reply
+
+
+class HybridTriage:
+    """The embedding path first; the model only for what it cannot decide. `counts` says which path
+    each turn took: `embedding` (clear at once), `model`, `unsure` (the model's choice was not sure:
+    the embedding path's reply, a clarifying question), `busy` (no model slot in time: the same),
+    `failed` (the model raised: the same)."""
+
+    def __init__(self, local: LocalTriage | None = None, model: LocalLlm | None = None):
+        self.local = local or LocalTriage()
+        self.model = model or LocalLlm()
+        self.counts: Counter[str] = Counter()
+        self.seconds: dict[str, list[float]] = {}
+
+    def _took(self, path: str, t0: float, reply: LlmReply) -> LlmReply:
+        self.counts[path] += 1
+        PATHS[path] += 1
+        self.seconds.setdefault(path, []).append(time.monotonic() - t0)
+        reply.via = path
+        return reply
+
+    async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
+        t0 = time.monotonic()
+        if request.choices:
+            m = self.local._matcher(request).match(request.utterance)
+            if m.intent is not None:  # clear: today's 10 ms path decides
+                return self._took("embedding", t0, await self.local.reply(request, on_text))
+        try:
+            return self._took("model", t0, await self.model.reply(request, on_text))
+        except LlmBusy as exc:
+            log.warning("llm_admission_refused", node=request.node, error=str(exc))
+            path = "busy"
+        except LlmUnsure as exc:
+            log.info("llm_unsure", node=request.node, detail=str(exc))
+            path = "unsure"
+        except (LlmError, LlmModelError, RuntimeError, OSError) as exc:
+            log.error("llm_model_failed", node=request.node, error=str(exc))
+            path = "failed"
+        return self._took(path, t0, await self.local.reply(request, on_text))
+
+
+def default_local_provider() -> Any:
+    """What `kind: local` runs: the hybrid when the model is built (unless CALLCENTER_LLM=off), else
+    the embedding path alone."""
+    if installed() and os.environ.get(OFF_ENV, "").lower() != "off":
+        return HybridTriage()
+    return LocalTriage()
