@@ -184,9 +184,12 @@ def run_nlu_bench(out: Path, model: bool | None = None) -> dict:
         "encoder_load_s": round(load_s, 2),
         "index_examples_s": round(index_s, 3),
     }
-    from callcenter.dialog.llm_model import installed
+    import os
 
-    if model or (model is None and installed()):
+    from callcenter.dialog.llm_model import installed
+    from callcenter.dialog.local_llm import OFF_ENV
+
+    if model or (model is None and installed() and os.environ.get(OFF_ENV, "").lower() != "off"):
         alone = ModelMatcher(flow)
         report["model_only"] = {**score(alone), **alone.path_summary()}
         hybrid = ModelMatcher(flow, first=semantic)
