@@ -766,6 +766,12 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     from callcenter.dialog.embed import shared_encoder
 
     shared_encoder()  # and the sentence embeddings for intents
+    from callcenter.dialog.local_llm import warm_model
+
+    try:
+        warm_model(flow)  # and the offline generative model, when the flow's llm nodes will use it
+    except Exception as exc:  # a broken model build: the hybrid falls back to the embedding path per turn
+        log.error("llm_model_not_loaded", error=str(exc))
     agent = CallServer(config, flows, stt, tts)
     log.info("startup_objects_frozen", objects=freeze_startup_objects())  # out of the collector's way
 

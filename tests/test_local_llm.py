@@ -144,3 +144,16 @@ def test_the_hybrid_sends_only_unclear_turns_to_the_model():
     unclear = asyncio.run(hybrid.reply(request("the lights on my box keep blinking red"), said.append))
     assert clear.via == "embedding" and unclear.via in ("model", "unsure")
     assert unclear.choice in (None, "technical")
+
+
+@needs_model
+@pytest.mark.slow
+def test_a_model_too_slow_for_the_nodes_budget_leaves_the_answer_to_the_embedding_path():
+    hybrid = HybridTriage()
+    said = []
+    reply = asyncio.run(hybrid.reply(request("hmm, something odd happened with the thing", time_budget_s=0.3),
+                                     said.append))
+    assert reply.via == "slow" and said and said[0].startswith("Just to check")
+    fd = hybrid.model.admission.try_acquire()  # the cancelled turn gave its slot back
+    assert fd is not None
+    Admission.release(fd)

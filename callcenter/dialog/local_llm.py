@@ -18,6 +18,7 @@ embedding path (what `kind: local` becomes once the model is built).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import functools
 import math
@@ -42,6 +43,7 @@ MAX_NEW_TOKENS = 96
 EXAMPLES = 5  # example phrases per choice shown to the model
 CHOICE_PREFIX = "choice:"
 MIN_CHOICE_P = 0.6  # a choice the model is less sure of than this is not taken (the embedding path asks)
+MODEL_SHARE_OF_BUDGET = 0.7  # of an llm node's time_budget_s, in the hybrid; then the embedding path answers
 THREADS = 2
 SLOTS_ENV = "CALLCENTER_LLM_SLOTS"
 OFF_ENV = "CALLCENTER_LLM"  # "off": `local` stays the embedding path even with the model built
@@ -226,8 +228,9 @@ class ReplyParser:
                     self.unsure = True
 
     def _say(self, delta: str) -> None:
+        delta = delta.replace('"', "")  # the model likes to quote what it says: nothing to speak
         if not self.said:
-            delta = delta.lstrip().lstrip('"')
+            delta = delta.lstrip()
         if delta and not self.unsure:
             self.said += delta
             self.on_text(delta)
@@ -312,7 +315,8 @@ class HybridTriage:
     """The embedding path first; the model only for what it cannot decide. `counts` says which path
     each turn took: `embedding` (clear at once), `model`, `unsure` (the model's choice was not sure:
     the embedding path's reply, a clarifying question), `busy` (no model slot in time: the same),
-    `failed` (the model raised: the same)."""
+    `slow` (neither a decision nor a word within 70 % of the node's time budget: the same),
+    `failed` (the model raised)."""
 
     def __init__(self, local: LocalTriage | None = None, model: LocalLlm | None = None):
         self.local = local or LocalTriage()
@@ -333,8 +337,31 @@ class HybridTriage:
             m = self.local._matcher(request).match(request.utterance)
             if m.intent is not None:  # clear: today's 10 ms path decides
                 return self._took("embedding", t0, await self.local.reply(request, on_text))
+        speaking = asyncio.Event()
+
+        def speak(delta: str) -> None:
+            speaking.set()
+            on_text(delta)
+        turn = asyncio.ensure_future(self.model.reply(request, speak))
         try:
-            return self._took("model", t0, await self.model.reply(request, on_text))
+            # the model must decide or start speaking within part of the node's budget (the rest is
+            # for the embedding path's answer); once it speaks, it may finish its sentence
+            first = asyncio.ensure_future(speaking.wait())
+            await asyncio.wait({turn, first}, timeout=request.time_budget_s * MODEL_SHARE_OF_BUDGET,
+                               return_when=asyncio.FIRST_COMPLETED)
+            first.cancel()
+            if not turn.done() and not speaking.is_set():
+                turn.cancel()
+                log.warning("llm_model_slow", node=request.node, budget_s=request.time_budget_s)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await turn
+                raise TimeoutError
+            return self._took("model", t0, await turn)
+        except TimeoutError:
+            path = "slow"
+        except asyncio.CancelledError:
+            turn.cancel()
+            raise
         except LlmBusy as exc:
             log.warning("llm_admission_refused", node=request.node, error=str(exc))
             path = "busy"
@@ -345,6 +372,26 @@ class HybridTriage:
             log.error("llm_model_failed", node=request.node, error=str(exc))
             path = "failed"
         return self._took(path, t0, await self.local.reply(request, on_text))
+
+
+def uses_model(flow) -> bool:
+    """Will this flow's llm nodes reach the offline model (local-llm, or local with the hybrid on)?"""
+    from callcenter.dialog.flow import LlmNode
+
+    kinds = {flow.llm[n.provider].kind for n in flow.nodes.values() if isinstance(n, LlmNode) and n.provider in flow.llm}
+    hybrid = installed() and os.environ.get(OFF_ENV, "").lower() != "off"
+    return "local-llm" in kinds or ("local" in kinds and hybrid)
+
+
+def warm_model(flow) -> bool:
+    """Load the model now (a few seconds, about 1.8 GB) if the flow will use it, so that the first
+    caller does not wait for it. True if loaded."""
+    if not uses_model(flow):
+        return False
+    t0 = time.monotonic()
+    LocalModel.shared()
+    log.info("llm_model_loaded", path=str(model_dir()), seconds=round(time.monotonic() - t0, 1))
+    return True
 
 
 def default_local_provider() -> Any:

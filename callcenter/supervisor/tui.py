@@ -593,7 +593,7 @@ class SupervisorApp(App):
                     f"abandoned {a['abandoned']}  {servers}")
         paths = self.floor.model_paths
         if paths:
-            fell_back = sum(n for p, n in paths.items() if p in ("busy", "unsure", "failed"))
+            fell_back = sum(n for p, n in paths.items() if p in ("busy", "unsure", "slow", "failed"))
             text.append(f"  model {paths.get('model', 0)}/{sum(paths.values())} turns, fell back {fell_back}"
                         f" (busy {paths.get('busy', 0)})", style="yellow" if paths.get("busy") else "")
         if self.floor_queues.get("queues"):
