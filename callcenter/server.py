@@ -39,7 +39,7 @@ log = structlog.get_logger()
 
 MEDIA_STALL_S = 5.0  # a live call whose transport asked for no frame this long is hung up
 ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
-MEDIA_UP_S = 2.0  # a warm transfer's person whose audio is not connected this long after answering fails it
+MEDIA_UP_S = 2.0  # a person's leg (warm transfer, queue agent, supervisor) whose audio is not up this long after answering fails
 SUPERVISOR_RING_S = 30.0  # the supervisor's own phone rings this long before joining is given up
 
 
@@ -128,11 +128,8 @@ class LiveCall:
         during the summary, or no call slot is free."""
         leg = ConsultLeg(self)
         try:
-            leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
-            async with asyncio.timeout(ring_s):
-                await asyncio.shield(leg.confirmed)
-            async with asyncio.timeout(MEDIA_UP_S):  # media comes up just after the 200 OK
-                await asyncio.shield(leg.media)
+            await leg.dial(uri)
+            await leg.answered(ring_s)
             if summary:
                 await speak(leg.bridge, summary)
             if leg.ended.done():
@@ -162,11 +159,8 @@ class LiveCall:
                 raise SipError("which phone? give the supervisor's SIP URI (phone)")
             leg = SupervisorLeg(self)
             try:
-                leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, phone, leg, leg.bridge)
-                async with asyncio.timeout(SUPERVISOR_RING_S):
-                    await asyncio.shield(leg.confirmed)
-                async with asyncio.timeout(MEDIA_UP_S):
-                    await asyncio.shield(leg.media)
+                await leg.dial(phone)
+                await leg.answered(SUPERVISOR_RING_S)
             except (SipError, asyncio.TimeoutError) as exc:
                 leg.close()
                 raise SipError(f"the supervisor's phone {phone}: {exc or 'no answer'}") from None
@@ -208,7 +202,7 @@ class LiveCall:
         async def dial(uri: str, name: str) -> "ConsultLeg":
             leg = ConsultLeg(self, f"-agent-{name}")
             try:
-                leg.call = await self.agent.endpoint.run_on_sip(self.agent.endpoint.make_call, uri, leg, leg.bridge)
+                await leg.dial(uri)
             except SipError:
                 leg.close()
                 raise
@@ -383,6 +377,22 @@ class ConsultLeg:
         self.ended: asyncio.Future = loop.create_future()
         self.call: SipCall | None = None
         self._drain = asyncio.create_task(self._discard_frames())
+
+    async def dial(self, uri: str) -> None:
+        """Place this leg's call (SipError: no call slot, a bad URI)."""
+        endpoint = self.live.agent.endpoint
+        self.call = await endpoint.run_on_sip(endpoint.make_call, uri, self, self.bridge)
+
+    async def answered(self, ring_s: float) -> None:
+        """Wait until the person answers (within ring_s) and their audio is connected (within
+        MEDIA_UP_S after); TimeoutError or SipError (their phone's refusal) otherwise."""
+        async with asyncio.timeout(ring_s):
+            await asyncio.shield(self.confirmed)
+        await self.media_up()
+
+    async def media_up(self) -> None:
+        async with asyncio.timeout(MEDIA_UP_S):  # media comes up just after the 200 OK
+            await asyncio.shield(self.media)
 
     async def _discard_frames(self) -> None:
         while True:  # the person's audio is recorded (and relayed) by the bridge; nothing listens here
@@ -618,8 +628,7 @@ class CallServer:
 
     def free_slots(self) -> int:
         """Calls this process could still place or take (an agent's leg needs one)."""
-        sip = sum(1 for c in list(self.endpoint.calls.values()) if not c.disconnected) if self.endpoint else 0
-        return max(0, self.config.max_calls - sip - self.other_calls())
+        return self.endpoint.free_slots() if self.endpoint is not None else self.config.max_calls
 
     def full(self, exclude: LiveCall | None = None) -> bool:
         """Has the process all the calls it may take, SIP and browser together? Browser calls count

@@ -18,7 +18,7 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
-from callcenter.lab.fleet import Fleet
+from callcenter.lab.fleet import Fleet, control_request as api
 from callcenter.lab.softphone import Softphone, caller_audio
 from tests.conftest import free_tcp_port, free_udp_port, rtp_base
 
@@ -68,14 +68,6 @@ PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2", "carol": "carol-s
 
 def words(stt, pcm: bytes) -> set[str]:
     return set(re.findall(r"[a-z]+", stt.transcribe_pcm(pcm).text.lower()))
-
-
-def api(url: str, token: str, path: str, body: dict | None = None) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                                 method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def wait_until(predicate, timeout: float, what: str):

@@ -29,9 +29,9 @@ class AgentLeg(Protocol):
     """The agent's call, placed by the caller's transport (see server.ConsultLeg)."""
     bridge: object
     confirmed: asyncio.Future  # answered (or failed with the SIP status)
-    media: asyncio.Future
     ended: asyncio.Future
 
+    async def media_up(self) -> None: ...  # the answered leg's audio is connected (TimeoutError if not)
     def close(self) -> None: ...
 
 
@@ -154,8 +154,7 @@ class QueueWait:
         waited = round(answered_at - self._joined, 1)
         self.events.emit(ev.QUEUE, what="answered", queue=self.queue, agent=winner, waited_s=waited)
         try:
-            async with asyncio.timeout(2.0):
-                await asyncio.shield(leg.media)
+            await leg.media_up()
             self.events.emit(ev.AGENT_WHISPER, agent=winner, text=self.whisper)
             await self._speak(leg.bridge, self.whisper)
             if leg.ended.done():

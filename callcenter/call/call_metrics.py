@@ -5,6 +5,7 @@ this worker's slot was restarted. Fed by each call's events as they are emitted.
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable
 
 from callcenter.call import events as ev
@@ -13,6 +14,7 @@ from callcenter.memory import rss_mb
 from callcenter.metrics import LATENCY_BUCKETS_S, Counter, Gauge, Histogram, Registry
 
 FAULT_KINDS = (ev.STAGE_SLOW, ev.STAGE_FALLBACK, ev.TROUBLE, ev.ERROR)
+SNAPSHOT_REUSE_S = 0.5  # the queue gauges of one scrape read the shared store once
 RESTARTS_ENV = "CALLCENTER_WORKER_RESTARTS"  # set by `serve --workers N` for each worker it starts
 WORKER_ENV = "CALLCENTER_WORKER"
 
@@ -54,9 +56,13 @@ class CallMetrics:
     def watch_queues(self, store) -> None:
         """The contact center's queues and agents (the shared store: every worker reports the same
         figures, so scrape one worker or take the max)."""
+        taken: list = [0.0, None]  # (when, snapshot): the eight gauges of one scrape share one read
+
         def board():
-            queues, agents = store.snapshot()
-            return queues, agents
+            now = time.monotonic()
+            if taken[1] is None or now - taken[0] > SNAPSHOT_REUSE_S:
+                taken[:] = [now, store.snapshot()]
+            return taken[1]
 
         def per_queue(field: str):
             return lambda: {(q.name,): getattr(q, field) for q in board()[0]}

@@ -118,6 +118,11 @@ CREATE INDEX IF NOT EXISTS queue_log_t ON queue_log(t);
 """
 
 
+def _serves(agent: Agent, members: set[str], skills: set[str]) -> bool:
+    """Does this agent take a queue's calls (named in it, or with one of its skills)?"""
+    return agent.name in members or bool(skills & set(agent.skills))
+
+
 def _midnight(now: float) -> float:
     t = time.localtime(now)
     return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
@@ -319,7 +324,7 @@ class QueueStore:
         if not row:
             return []
         members, skills = set(json.loads(row[0][0])), set(json.loads(row[0][1]))
-        return [a for a in agents if a.name in members or skills & set(a.skills)]
+        return [a for a in agents if _serves(a, members, skills)]
 
     def claim(self, call_id: str, free_slots: int = 1) -> Ring | None:
         """If this caller is the first in their queue not already ringing someone (callers whose
@@ -345,7 +350,7 @@ class QueueStore:
                 return None
             members, skills, strategy = set(json.loads(qrow[0][0])), set(json.loads(qrow[0][1])), qrow[0][2]
             free = [a for a in self._agent_rows("WHERE state IN ('available', 'wrap_up') AND retry_after <= ?", now)
-                    if a.state == AgentState.AVAILABLE and (a.name in members or skills & set(a.skills))]
+                    if a.state == AgentState.AVAILABLE and _serves(a, members, skills)]
             if not free:
                 return None
             tried = set(json.loads(tried))
@@ -446,7 +451,7 @@ class QueueStore:
         out = []
         for name, members, skills, sl in queues:
             members, skills = set(json.loads(members)), set(json.loads(skills))
-            mine = [a for a in agents if a.name in members or skills & set(a.skills)]
+            mine = [a for a in agents if _serves(a, members, skills)]
             snap = QueueSnapshot(name, service_level_s=sl)
             waiting = [c for c in callers if c[1] == name and c[2] in live]
             snap.waiting = len(waiting)

@@ -13,6 +13,18 @@ from callcenter.telephony.config import load_server_config
 from callcenter.workers import worker_uris
 
 
+def control_request(url: str, token: str, path: str, body: dict | None = None) -> dict:
+    """One control-API request (GET, or POST with `body`) with the bearer token; the JSON reply."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                                 method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
 class Fleet:
     """`serve --workers N` with Kamailio in front, as child processes on loopback: what the scaling
     test and `bench call --workers N` run. Callers dial `uri` (the balancer)."""

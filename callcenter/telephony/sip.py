@@ -595,11 +595,16 @@ class SipEndpoint:
             log.error("sip_incoming_failed", error=exc.info())
             self._graveyard.append(call)
 
+    def free_slots(self) -> int:
+        """Calls this process may still place or take: max_calls less the live SIP dialogs and the
+        connected calls of other transports (any thread: a snapshot of the dialogs)."""
+        active = sum(1 for c in list(self.calls.values()) if not c.disconnected) + self.other_calls()
+        return max(0, self.config.max_calls - active)
+
     def make_call(self, uri: str, listener, bridge) -> SipCall:
         """Place an outgoing call (SIP thread), e.g. to a person for a warm transfer. It counts
         toward max_calls like any other call."""
-        active = sum(1 for c in self.calls.values() if not c.disconnected) + self.other_calls()
-        if active >= self.config.max_calls:
+        if not self.free_slots():
             raise SipError(f"cannot call {uri}: all {self.config.max_calls} call slots are in use")
         call = SipCall(self, self.account)
         call.listener = listener

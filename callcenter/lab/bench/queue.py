@@ -16,11 +16,9 @@ with digest authentication, baresip callers. In order:
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from callcenter.call.events import read_events
 from callcenter.call.latency import turn_latencies
 from callcenter.lab.bench.call import (CALLER_LINES, _free_port, _media_summary, _pct, _wait_warmed, _write_report,
                                        cpu_seconds)
-from callcenter.lab.fleet import Fleet
+from callcenter.lab.fleet import Fleet, control_request as _api
 from callcenter.lab.softphone import Softphone, caller_audio, scripted_caller
 from callcenter.voice.flite import flite_voice
 
@@ -77,14 +75,6 @@ nodes:
     type: hangup
     text: Thank you for calling. Goodbye.
 """
-
-
-def _api(url: str, token: str, path: str, body: dict | None = None) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-                                 method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def _waiting(url: str, token: str) -> int:
