@@ -392,11 +392,11 @@ def cmd_test(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from callcenter.lab.bench.call import bench_call
+    from callcenter.lab.bench.call import CALLER_LINES, bench_call
 
     report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent,
                         prompt_cache_mb=args.prompt_cache_mb, stagger_s=args.stagger_s,
-                        workers=args.workers)
+                        workers=args.workers, lines=tuple(args.say) if args.say else CALLER_LINES, lead_s=args.lead_s)
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -442,8 +442,9 @@ def cmd_bench_nlu(args) -> int:
     from callcenter.lab.bench.dialog import run_nlu_bench
 
     report = run_nlu_bench(Path(args.json))
-    print(json.dumps({k: ({m: v for m, v in r.items() if m != "wrong_cases"} if isinstance(r, dict) else r)
-                      for k, r in report.items() if k not in ("flow", "intents")}, indent=2))
+    def brief(r):
+        return {m: brief(v) for m, v in r.items() if m not in ("wrong_cases", "cases")} if isinstance(r, dict) else r
+    print(json.dumps({k: brief(r) for k, r in report.items() if k not in ("flow", "intents")}, indent=2))
     return 0
 
 
@@ -635,6 +636,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start the concurrent calls this many seconds apart (0: all at once, every caller "
                         "speaking at the same instant)")
     s.add_argument("--flow", default="flows/support.yaml")
+    s.add_argument("--say", action="append", metavar="LINE",
+                   help="what each caller says, in order, 11 s apart (repeat; default: a billing question, then "
+                        "'No thanks, that's all')")
+    s.add_argument("--lead-s", type=float, default=13.0,
+                   help="when the caller first speaks, in seconds from the answer (after the flow's greeting)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
     s = b.add_parser("queue", help="queues of human agents behind Kamailio: agent free -> ringing, the added "

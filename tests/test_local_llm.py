@@ -14,8 +14,8 @@ import pytest
 from callcenter.dialog.engine import LlmRequest
 from callcenter.dialog.flow import LlmTool, Slot
 from callcenter.dialog.llm_model import LlmModelError, installed
-from callcenter.dialog.local_llm import (MIN_CHOICE_P, Admission, HybridTriage, LlmBusy, LocalLlm, ReplyParser,
-                                         system_prompt, turn_prompt)
+from callcenter.dialog.local_llm import (ACKNOWLEDGE_AFTER_S, MIN_CHOICE_P, Admission, Grounding, HybridTriage,
+                                         LlmBusy, LocalLlm, ReplyParser, rule_slots, system_prompt, turn_prompt)
 
 CHOICES = {"billing": ("Billing, charges, payments or refunds", ("my bill", "I was charged twice")),
            "technical": ("Technical support with a device or connection", ("my router does not work",)),
@@ -30,30 +30,67 @@ def request(utterance: str, **over) -> LlmRequest:
     return LlmRequest(**base)
 
 
-def test_the_reply_is_read_as_it_streams_and_held_to_the_nodes_lists():
-    req = request("I was billed twice", slots={"account": Slot(type="digits")},
+def test_a_sure_choice_routes_without_words_and_its_slots_are_read():
+    req = request("I was billed twice, account 4471", slots={"account": Slot(type="digits")},
                   tools={"to_person": LlmTool(type="transfer", to="sip:desk@127.0.0.1")})
     spoken = []
     parser = ReplyParser(req, spoken.append)
     for piece in (" bill", "ing\nacc", "ount: 4471\ntool: none\nsa", "y: \"Sure", ", let me check", " that.\""):
         parser.feed(piece)
-        if "say" not in "".join(spoken):
-            assert not any("bill" in s for s in spoken)  # nothing before say: reaches the voice
     reply = parser.close()
     assert reply.choice == "billing" and reply.slots == {"account": "4471"} and reply.tool is None
-    assert reply.text == "Sure, let me check that." and "".join(spoken).startswith("Sure")
-    # a choice or tool that is not the node's is dropped; an unsure choice says nothing
+    assert parser.done and spoken == [] and reply.text == ""  # the choice's next node speaks
+    routing = ReplyParser(request("I was billed twice"), spoken.append)
+    routing.feed(" billing\n")
+    assert routing.done  # no slots or tools to read: decoding stops at the choice
+    # a choice or tool that is not the node's is dropped; an unsure or disputed choice says nothing
     odd = ReplyParser(req, lambda _: None)
     for piece in (" refunds\ntool: format_disk\nsay: Okay."):
         odd.feed(piece)
     out = odd.close()
     assert out.choice is None and out.tool is None
-    quiet = []
-    unsure = ReplyParser(req, quiet.append)
+    unsure = ReplyParser(req, spoken.append)
     unsure.confidence(MIN_CHOICE_P / 2)
     for piece in (" outage\n", "say: Let me put you through to our outage team."):
         unsure.feed(piece)
-    assert unsure.unsure and quiet == []
+    disputed = ReplyParser(req, spoken.append, disputed=frozenset({"outage"}))
+    for piece in (" outage\n", "say: Let me put you through to our outage team."):
+        disputed.feed(piece)
+    assert unsure.unsure and disputed.unsure and spoken == [] and disputed.close().choice is None
+
+
+def test_words_stream_a_sentence_at_a_time_and_only_what_is_grounded():
+    spoken = []
+    parser = ReplyParser(request("hmm my thing is odd"), spoken.append)
+    for piece in (" none\nsay: what you say to the caller: I see", ". Is it the router", " or the phone?\nchoice: x"):
+        parser.feed(piece)
+        if piece.endswith("I see"):
+            assert spoken == []  # half a sentence waits
+    reply = parser.close()
+    assert spoken == ["I see. ", "Is it the router or the phone? "] and reply.text == "I see. Is it the router or the phone?"
+    facts = "Our shops are open from 9 am to 6 pm, Monday to Saturday. Engineers expect service back by 6 pm today."
+    ground = Grounding(request("when do the shops open", choices={}, knowledge=facts))
+    assert ground.why_not("The shops open at 9 am, Monday to Saturday.") is None
+    assert "number" in ground.why_not("The shops open at 8 am.")
+    assert "number" in ground.why_not("The fibre plan costs $15 a month.")
+    assert ground.why_not("Yes, you can buy a new phone in our shops.") is not None  # not in the facts
+    assert ground.why_not("I'm sorry, I don't have that information.") is None
+    assert ground.why_not("When do the shops open?") is not None  # the caller's own question echoed
+    assert ground.why_not("Which shop do you mean?") is None
+    free = Grounding(request("my router is broken"))  # no facts: only numbers are held to the conversation
+    assert free.why_not("Let me help with that.") is None and free.why_not("It costs 40 dollars.") is not None
+
+
+def test_the_disputed_choices_are_those_the_embedding_path_puts_well_behind():
+    assert HybridTriage.disputed([("technical", 0.51), ("outage", 0.45), ("billing", 0.14)]) == {"outage", "billing"}
+    assert HybridTriage.disputed([("outage", 0.47), ("technical", 0.44)]) == frozenset()
+    assert HybridTriage.disputed([("billing", 0.30), ("outage", 0.10)]) == frozenset()  # too far to judge
+
+
+def test_slot_rules_win_over_the_models_reading():
+    req = request("can you come Monday week at ten to five", choices={}, today="2026-12-04, Friday",
+                  slots={"day": Slot(type="date"), "at": Slot(type="time"), "ok": Slot(type="yes_no")})
+    assert rule_slots(req) == {"day": "2026-12-14", "at": "16:50"}
 
 
 def test_the_node_is_the_cached_prefix_and_a_turn_feeds_only_the_conversation():
@@ -90,9 +127,12 @@ def test_admission_spans_processes_and_a_busy_model_falls_back_to_the_embedding_
             asyncio.run(admission.acquire(0.1))
         hybrid = HybridTriage(model=LocalLlm(admission=admission))
         spoken = []
-        reply = asyncio.run(hybrid.reply(request("hmm I'm not sure really, something odd happened"), spoken.append))
+        reply = asyncio.run(hybrid.reply(request("hmm I'm not sure really, something odd happened",
+                                                 acknowledgement="One moment."), spoken.append))
         assert reply.via == "busy" and hybrid.counts["busy"] == 1
-        assert reply.choice is None and spoken and spoken[0].startswith("Just to check")
+        # the acknowledgement came ACKNOWLEDGE_AFTER_S in, before the admission wait ran out
+        assert ACKNOWLEDGE_AFTER_S < 0.4 and spoken[0] == "One moment. "
+        assert reply.choice is None and spoken[1].startswith("Just to check")
         clear = asyncio.run(hybrid.reply(request("I was charged twice"), spoken.append))
         assert clear.via == "embedding" and clear.choice == "billing"  # clear cases never wait for the model
     finally:
@@ -128,11 +168,16 @@ def test_a_model_turn_streams_sentences_and_routes():
     reply = asyncio.run(LocalLlm().reply(request("there's a charge on my statement I don't recognise"),
                                          spoken.append))
     assert reply.choice == "billing", reply
-    assert reply.text and "".join(spoken).strip().strip('"') == reply.text
+    assert reply.text == "" and spoken == []  # a routing turn: the choice's next node speaks
     answer = asyncio.run(LocalLlm().reply(request("when do you open?", choices={},
                                                   knowledge="The shop on Main Street opens at 9am and closes at 6pm."),
                                           spoken.append))
     assert "9" in answer.text or "nine" in answer.text.lower(), answer
+    assert "".join(spoken).strip() == answer.text  # streamed a sentence at a time
+    unknown = asyncio.run(LocalLlm().reply(request("do you sell phones there?", choices={},
+                                                   knowledge="The shop on Main Street opens at 9am and closes at 6pm."),
+                                           spoken.append))
+    assert "don't have that information" in unknown.text, unknown  # nothing made up
 
 
 @needs_model
@@ -157,3 +202,15 @@ def test_a_model_too_slow_for_the_nodes_budget_leaves_the_answer_to_the_embeddin
     fd = hybrid.model.admission.try_acquire()  # the cancelled turn gave its slot back
     assert fd is not None
     Admission.release(fd)
+
+
+@needs_model
+@pytest.mark.slow
+def test_knowledge_answers_come_from_the_facts_and_nothing_is_made_up():
+    """bench nlu's 20 questions: 10 the facts answer, 10 they do not (the answer must be that the
+    agent does not have that information, or a question back)."""
+    from callcenter.lab.bench.dialog import KnowledgeScorer
+
+    report = KnowledgeScorer().score()
+    assert report["answered_right"] in ("9/10", "10/10"), report["cases"]
+    assert report["invented"] == 0, report["cases"]

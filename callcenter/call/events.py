@@ -27,6 +27,8 @@ FLOW_DECISION = "flow_decision"
 WEBHOOK = "webhook"
 LLM_REQUEST = "llm_request"
 LLM_REPLY = "llm_reply"
+# llm_reply's `via` in the offline hybrid when the model took the turn but the embedding path answered
+LLM_FELL_BACK = ("busy", "unsure", "slow", "withheld", "failed")
 VOICEMAIL = "voicemail"
 AGENT_SAY = "agent_say"
 TTS_FIRST_AUDIO = "tts_first_audio"

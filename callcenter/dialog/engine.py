@@ -106,6 +106,8 @@ class LlmRequest:
     utterance: str
     time_budget_s: float
     fallback: str
+    today: str = ""  # the call's date (YYYY-MM-DD, weekday), for slots said as "next Tuesday"
+    acknowledgement: str = ""  # said at once when a slow offline model takes the turn ("" = silence)
 
 
 @dataclass
@@ -645,7 +647,10 @@ class Dialog:
             node=self.node_name, provider=node.provider, instructions=self.render(node.instructions, node.reveal),
             knowledge=node.knowledge, choices={n: (c.description, tuple(c.examples)) for n, c in node.choices.items()},
             slots=node.slots, tools=node.tools, history=tuple(self.llm_history), utterance=text,
-            time_budget_s=node.time_budget_s, fallback=node.fallback)
+            time_budget_s=node.time_budget_s, fallback=node.fallback,
+            today=self.now.strftime("%Y-%m-%d, %A"),
+            acknowledgement=(node.acknowledgements[sum(w == "caller" for w, _ in self.llm_history) % len(node.acknowledgements)]
+                             if node.acknowledgements else ""))
         self.llm_history.append(("caller", text))
         self.waiting = Waiting.LLM
         self.last_decision = Decision(self.node_name, None, 0.0, "llm_request")

@@ -316,6 +316,10 @@ class LlmNode(_Asks):
     time_budget_s: float = Field(4.0, gt=0, le=60, description="After this the caller hears the fallback.")
     fallback: str = Field("Sorry, I'm having trouble with that. Let me get you some help.",
                           description="Said when the model fails or runs out of time.")
+    acknowledgements: list[str] = Field(
+        ["Let me see.", "One moment.", "Let me check that."], max_length=10,
+        description="The offline model (local-llm, or local's hybrid) says one of these, in turn, as soon as it "
+                    "takes a turn, because its own first words take a second or more on a CPU. [] for silence.")
     next: str | None = Field(None, description="Node after an answer when there are no choices.")
 
 

@@ -33,8 +33,9 @@ from typing import Any
 import structlog
 
 from callcenter.dialog.engine import LlmReply, LlmRequest
-from callcenter.dialog.llm import DONT_KNOW, LlmError, LocalTriage, TextSink
+from callcenter.dialog.llm import DONT_KNOW, LlmError, LocalTriage, TextSink, split_sentences
 from callcenter.dialog.llm_model import LlmModelError, installed, model_dir
+from callcenter.dialog.slots import numbers_in
 
 log = structlog.get_logger()
 
@@ -43,7 +44,16 @@ MAX_NEW_TOKENS = 96
 EXAMPLES = 5  # example phrases per choice shown to the model
 CHOICE_PREFIX = "choice:"
 MIN_CHOICE_P = 0.6  # a choice the model is less sure of than this is not taken (the embedding path asks)
+# the embedding path disputes a model's choice when its own nearest intent is at least this close and
+# this far ahead of the model's: two judges that disagree, so the caller is asked instead
+DISPUTE_SIM, DISPUTE_LEAD = 0.45, 0.05
 MODEL_SHARE_OF_BUDGET = 0.7  # of an llm node's time_budget_s, in the hybrid; then the embedding path answers
+# a model turn says the node's acknowledgement this soon unless it has spoken: its own first words
+# take 1.5-3 s on 2 cores (bench call's model_turns), so at once
+ACKNOWLEDGE_AFTER_S = 0.0
+SLOT_FORMS = {"date": "as YYYY-MM-DD", "time": "as HH:MM, 24-hour", "number": "in digits",
+              "digits": "digits only", "currency": "as an amount in digits, like 25.50", "yes_no": "yes or no",
+              "text": "in the caller's words"}
 THREADS = 2
 SLOTS_ENV = "CALLCENTER_LLM_SLOTS"
 OFF_ENV = "CALLCENTER_LLM"  # "off": `local` stays the embedding path even with the model built
@@ -60,6 +70,11 @@ class LlmBusy(LlmError):
 
 class LlmUnsure(LlmError):
     """The model started on a choice it was not sure of: nothing was said; the embedding way asks."""
+
+
+class LlmWithheld(LlmError):
+    """Everything the model wrote for the caller was withheld (`Grounding`) and it chose nothing: the
+    embedding way answers (a quoted fact, a clarifying question, or that it does not know)."""
 
 
 class Admission:
@@ -151,12 +166,15 @@ class LocalModel:
 
 
 def system_prompt(request: LlmRequest) -> str:
-    """The node's part of the prompt, the same for every turn at this node (the cached prefix)."""
+    """The node's part of the prompt, the same for every turn at this node on one day (the cached
+    prefix)."""
     parts = [request.instructions.strip(), "You are a phone agent. Keep every reply to one or two short spoken "
                                            "sentences: no lists, no markdown, no emoji."]
+    if request.today:
+        parts.append(f"Today is {request.today}.")
     if request.knowledge:
-        parts.append("Facts you may use (answer only from them; if they do not cover the question, say you "
-                     "do not have that information):\n" + request.knowledge.strip())
+        parts.append("Facts. Answer only from them, in their words. If they do not answer the caller's question, "
+                     f"say: I don't have that information.\n{request.knowledge.strip()}")
     lines = ["Write your reply in exactly this format, one item per line:"]
     if request.choices:
         listing = "\n".join(f"- {n}: {desc}" + (f" (for example: {'; '.join(examples[:EXAMPLES])})"
@@ -168,12 +186,11 @@ def system_prompt(request: LlmRequest) -> str:
         lines.append(f"choice: one of {', '.join(request.choices)}, or none (greetings, yes or no alone, "
                      "anything else)")
     for name, slot in request.slots.items():
-        lines.append(f"{name}: the {slot.type} the caller gave, or none")
+        lines.append(f"{name}: the {slot.type} the caller gave {SLOT_FORMS.get(slot.type, '')}, or none")
     if request.tools:
         tools = "; ".join(f"{n} ({t.description or t.type})" for n, t in request.tools.items())
         lines.append(f"tool: one of {', '.join(request.tools)} ({tools}), or none")
-    lines.append("say: what you say to the caller (when you chose, a short confirmation; when unsure, one "
-                 "short clarifying question)")
+    lines.append(f"say: {SAY_HINT_CHOICES if request.choices else SAY_HINT}")
     parts.append("\n".join(lines))
     return f"{IM_START}system\n" + "\n\n".join(parts) + f"{IM_END}\n"
 
@@ -190,24 +207,105 @@ def turn_prompt(request: LlmRequest) -> str:
     return "".join(out)
 
 
-class ReplyParser:
-    """Reads the model's lines as they stream: header lines (choice, slots, tool) are collected;
-    the text after `say:` goes straight to the voice."""
+SAY_HINT = "your answer, or one short question back"
+SAY_HINT_CHOICES = ("what you say to the caller (when you chose, a short confirmation; when unsure, one short "
+                    "clarifying question)")
+NOT_KNOWN = re.compile(r"\b(don't|do not|doesn't|does not) have (that|this|any|the) information|\bi (don't|do not) know\b|"
+                       r"\bnot sure\b", re.I)  # the model declining: always fine to say
+SUPPORT_MIN = 0.6  # a statement at a node with facts must be this close (cosine) to one of the facts
+NEW_WORDS_MAX = 1  # ...and bring at most this many words that are in neither the facts nor the conversation
+ECHO_MIN = 0.9  # a question back this close to the caller's own words is an echo, not a question
+_STOP = frozenset("""a an the and or but if then so to of in on at by for from with about as into over after before
+is are was were be been being am do does did done have has had having will would shall should can could may might
+must i you he she it we they me him her us them my your his its our their this that these those there here what
+which who whom whose when where why how not no yes yeah ok okay please sorry thanks thank all any some just also
+very too more most much many one get got let well up out again now today""".split())
 
-    def __init__(self, request: LlmRequest, on_text: TextSink):
+
+def _words(text: str) -> set[str]:
+    return {w.removesuffix("'s").rstrip("s") for w in re.findall(r"[a-z][a-z']+", text.lower()) if w not in _STOP}
+
+
+class Grounding:
+    """What the model may say, sentence by sentence: every number (a time, a price, a count, spoken or
+    in digits; not 0 or 1, "one moment") must be in the node's facts or the conversation; at a node
+    with facts a statement must also be close to one of them (the sentence encoder's cosine) and add
+    at most NEW_WORDS_MAX words of its own; a question back is fine unless it only echoes the caller."""
+
+    def __init__(self, request: LlmRequest, encoder=None):
         self.request = request
+        self.heard = " ".join([request.utterance, *(t for _, t in request.history)])
+        self.numbers = {v for v, _, _ in numbers_in(" ".join([request.knowledge or "", self.heard]))}
+        self.known = _words(" ".join([request.knowledge or "", self.heard]))
+        self._encoder = encoder
+        self._facts = None
+
+    def encoder(self):
+        if self._encoder is None:
+            from callcenter.dialog.embed import shared_encoder
+
+            self._encoder = shared_encoder()
+        return self._encoder
+
+    def why_not(self, sentence: str) -> str | None:
+        """None if the sentence may be said, else why not."""
+        if NOT_KNOWN.search(sentence) and not numbers_in(sentence):
+            return None
+        if any(v not in self.numbers and v not in (0, 1) for v, _, _ in numbers_in(sentence)):
+            return "a number not in the facts or the conversation"
+        vec = self.encoder().encode([sentence])[0] if self.request.knowledge or sentence.endswith("?") else None
+        if sentence.endswith("?"):
+            if float(self.encoder().encode([self.request.utterance])[0] @ vec) >= ECHO_MIN:
+                return "an echo of the caller's words"
+            return None
+        if not self.request.knowledge:
+            return None
+        if self._facts is None:
+            self._facts = self.encoder().encode(split_sentences(self.request.knowledge))
+        if float((self._facts @ vec).max()) < SUPPORT_MIN:
+            return "not close to any fact"
+        new = _words(sentence) - self.known
+        if len(new) > NEW_WORDS_MAX:
+            return f"words not in the facts: {', '.join(sorted(new)[:5])}"
+        return None
+
+
+_SENTENCE_END = re.compile(r"[.!?](\s+)")
+
+
+class ReplyParser:
+    """Reads the model's lines as they stream. Header lines (choice, slots, tool) are collected.
+    The text after `say:` goes to the voice a sentence at a time, but only what may be said:
+    - nothing once the model has made a sure choice (the choice's next node speaks: a routing turn
+      ends at `say:`, `done`) or an unsure one (`unsure`: the embedding path asks instead);
+    - only what `Grounding` allows: no number the model made up, and at a node with facts, no
+      statement that is not close to one of them.
+    A withheld statement is logged; if nothing was said at a node with facts, the caller hears
+    that the agent does not have that information."""
+
+    def __init__(self, request: LlmRequest, on_text: TextSink, grounding: Grounding | None = None,
+                 disputed: frozenset[str] = frozenset()):
+        self.request = request
+        self.disputed = disputed  # choices another judge argues against: taken as unsure
         self.on_text = on_text
+        self.grounding = grounding or Grounding(request)
         self.buffer = CHOICE_PREFIX if request.choices else ""  # the prompt ends with it
         self.saying = False
+        self.pending = ""  # said text not yet a whole sentence
         self.fields: dict[str, str] = {}
         self.said = ""
+        self.withheld: list[str] = []
         self.choice_p = 1.0  # the model's probability for the first token of its choice
         self.unsure = False  # it chose, but not surely: say nothing of what it goes on to write
+        self.chose = False  # a sure choice of the node's: nothing to say, the flow moves on
+        self.done = False  # nothing more of the model's output is wanted: stop decoding
 
     def confidence(self, p: float) -> None:
         self.choice_p = p
 
     def feed(self, delta: str) -> None:
+        if self.done:
+            return
         if self.saying:
             self._say(delta)
             return
@@ -215,6 +313,9 @@ class ReplyParser:
         while "\n" in self.buffer or re.match(r"\s*say\s*:", self.buffer, re.I):
             m = re.match(r"\s*say\s*:\s*", self.buffer, re.I)
             if m:
+                if self.chose or self.unsure:
+                    self.done = True
+                    return
                 self.saying = True
                 rest, self.buffer = self.buffer[m.end():], ""
                 self._say(rest)
@@ -222,31 +323,62 @@ class ReplyParser:
             line, self.buffer = self.buffer.split("\n", 1)
             key, sep, value = line.partition(":")
             if sep:
-                self.fields[key.strip().lower()] = value.strip()
-                if key.strip().lower() == "choice" and value.strip().strip(".").lower() not in NONE_WORDS \
-                        and self.choice_p < MIN_CHOICE_P:
-                    self.unsure = True
+                key, value = key.strip().lower(), value.strip()
+                self.fields[key] = value
+                if key == "choice":
+                    choice = value.strip(".").lower()
+                    if choice not in NONE_WORDS and (self.choice_p < MIN_CHOICE_P
+                                                     or choice in {d.lower() for d in self.disputed}):
+                        self.unsure = True
+                    elif choice in {n.lower() for n in self.request.choices}:
+                        self.chose = True
+                        if not self.request.slots and not self.request.tools:
+                            self.done = True  # a routing turn: nothing more is needed
+                            return
 
     def _say(self, delta: str) -> None:
         delta = delta.replace('"', "")  # the model likes to quote what it says: nothing to speak
-        if not self.said:
-            delta = delta.lstrip()
-        if delta and not self.unsure:
-            self.said += delta
-            self.on_text(delta)
+        if "\n" in delta:  # the say line is the last: whatever follows is not for the caller
+            delta = delta.split("\n", 1)[0]
+            self.done = True
+        self.pending += delta
+        while (m := _SENTENCE_END.search(self.pending)) is not None:
+            sentence, self.pending = self.pending[:m.start() + 1], self.pending[m.end():]
+            self._sentence(sentence)
+        if self.done:
+            self._sentence(self.pending)
+            self.pending = ""
+
+    def _sentence(self, sentence: str) -> None:
+        sentence = sentence.strip()
+        if sentence.lower().startswith((SAY_HINT.split(",")[0], SAY_HINT_CHOICES.split(" (")[0])):  # echoed format
+            sentence = sentence.split(":", 1)[-1].strip()
+        if not sentence or self.unsure or self.chose:
+            return
+        why = self.grounding.why_not(sentence)
+        if why is None:
+            self.said += sentence + " "
+            self.on_text(sentence + " ")
+            return
+        self.withheld.append(sentence)
+        log.info("llm_sentence_withheld", node=self.request.node, why=why, sentence=sentence[:120])
 
     def close(self, choice_p: float = 1.0) -> LlmReply:
         """The decision; a choice the model was less sure of than MIN_CHOICE_P is dropped."""
-        if not self.saying and self.buffer.strip():  # a model that skipped the format: its words are the reply
+        if not self.saying and not self.done and self.buffer.strip():  # the last header line, or no format
             key, sep, value = self.buffer.partition(":")
             if sep and key.strip().lower() in ("choice", "tool", *self.request.slots):
                 self.fields[key.strip().lower()] = value.strip()
-            else:
+            elif not self.fields:  # a model that skipped the format: its words are the reply
                 self._say(self.buffer.strip())
-        out = LlmReply(text=self.said.strip().strip('"'))
+        if self.pending.strip():
+            self._sentence(self.pending)
+            self.pending = ""
+        out = LlmReply(text=self.said.strip())
         choice = self.fields.get("choice", "").strip().strip(".").lower()
-        if choice not in NONE_WORDS and choice_p < MIN_CHOICE_P:
-            log.info("llm_choice_unsure", node=self.request.node, choice=choice[:60], p=round(choice_p, 2))
+        if choice not in NONE_WORDS and (choice_p < MIN_CHOICE_P or self.unsure):
+            log.info("llm_choice_unsure", node=self.request.node, choice=choice[:60], p=round(choice_p, 2),
+                     disputed=choice in {d.lower() for d in self.disputed})
         elif choice not in NONE_WORDS:
             names = {n.lower(): n for n in self.request.choices}
             if choice in names:
@@ -266,6 +398,30 @@ class ReplyParser:
         return out
 
 
+def rule_slots(request: LlmRequest) -> dict[str, Any]:
+    """The node's slots as the slot rules read them from the caller's words. They win over the
+    model's, which reads dates, times and amounts worse (bench nlu's free-phrasing rows); the model
+    fills only what they miss."""
+    import datetime as dt
+
+    from callcenter.dialog.slots import extract
+
+    today = dt.date.fromisoformat(request.today[:10]) if request.today else None
+    found = {name: extract(slot.type, request.utterance, today, **slot.spec()) for name, slot in request.slots.items()}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def acknowledge_later(request: LlmRequest, on_text: TextSink, said) -> asyncio.TimerHandle | None:
+    """The node's acknowledgement, ACKNOWLEDGE_AFTER_S into a model turn, unless `said()` by then."""
+    if not request.acknowledgement:
+        return None
+
+    def ack() -> None:
+        if not said():
+            on_text(request.acknowledgement.strip() + " ")
+    return asyncio.get_running_loop().call_later(ACKNOWLEDGE_AFTER_S, ack)
+
+
 class LocalLlm:
     """`kind: local-llm`: every turn goes to the model (waiting for a slot at most ADMISSION_WAIT_S)."""
 
@@ -279,14 +435,28 @@ class LocalLlm:
             self._model = LocalModel.shared()
         return self._model
 
-    async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
+    async def reply(self, request: LlmRequest, on_text: TextSink, acknowledge: bool = True,
+                    disputed: frozenset[str] = frozenset(), hybrid: bool = False) -> LlmReply:
+        """One model turn. With `acknowledge`, the node's acknowledgement is said if the model has
+        said nothing ACKNOWLEDGE_AFTER_S in. In the `hybrid` (which says the acknowledgement itself,
+        so that it is not taken for the model's words) a `disputed` choice is taken as unsure
+        (LlmUnsure), and a reply whose every sentence was withheld raises LlmWithheld; alone, the
+        model then says that it does not have that information."""
+        parser = ReplyParser(request, on_text, disputed=disputed)
+        ack = acknowledge_later(request, on_text, lambda: bool(parser.said)) if acknowledge else None
+        try:
+            return await self._reply(request, on_text, parser, hybrid)
+        finally:
+            if ack is not None:
+                ack.cancel()
+
+    async def _reply(self, request: LlmRequest, on_text: TextSink, parser: ReplyParser, hybrid: bool) -> LlmReply:
         fd = await self.admission.acquire()
         loop = asyncio.get_running_loop()
         stop = threading.Event()
-        parser = ReplyParser(request, on_text)
 
         def delta(text: str) -> None:
-            if parser.unsure:
+            if parser.unsure or parser.done:
                 stop.set()
             loop.call_soon_threadsafe(parser.feed, text)
 
@@ -305,7 +475,10 @@ class LocalLlm:
         if parser.unsure:
             raise LlmUnsure(f"choice {parser.fields.get('choice', '')!r} at p={choice_p:.2f}")
         reply = parser.close(choice_p)
-        if not reply.text and reply.choice is None and reply.tool is None and request.knowledge:
+        reply.slots = {**reply.slots, **rule_slots(request)}
+        if hybrid and parser.withheld and not reply.text and reply.choice is None and reply.tool is None:
+            raise LlmWithheld(f"{len(parser.withheld)} sentence(s) withheld")
+        if not reply.text and reply.choice is None and reply.tool is None and (request.knowledge or parser.withheld):
             reply.text = DONT_KNOW
             on_text(DONT_KNOW)
         return reply
@@ -316,6 +489,7 @@ class HybridTriage:
     each turn took: `embedding` (clear at once), `model`, `unsure` (the model's choice was not sure:
     the embedding path's reply, a clarifying question), `busy` (no model slot in time: the same),
     `slow` (neither a decision nor a word within 70 % of the node's time budget: the same),
+    `withheld` (every sentence it wrote failed `Grounding`: the same),
     `failed` (the model raised)."""
 
     def __init__(self, local: LocalTriage | None = None, model: LocalLlm | None = None):
@@ -323,6 +497,15 @@ class HybridTriage:
         self.model = model or LocalLlm()
         self.counts: Counter[str] = Counter()
         self.seconds: dict[str, list[float]] = {}
+
+    @staticmethod
+    def disputed(ranked: list[tuple[str, float]]) -> frozenset[str]:
+        """The choices the embedding path argues against: when its nearest intent is close
+        (DISPUTE_SIM), every intent it puts DISPUTE_LEAD or more behind that one."""
+        if not ranked or ranked[0][1] < DISPUTE_SIM:
+            return frozenset()
+        top = ranked[0][1]
+        return frozenset(n for n, sim in ranked[1:] if top - sim >= DISPUTE_LEAD)
 
     def _took(self, path: str, t0: float, reply: LlmReply) -> LlmReply:
         self.counts[path] += 1
@@ -333,16 +516,21 @@ class HybridTriage:
 
     async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
         t0 = time.monotonic()
+        disputed: frozenset[str] = frozenset()
         if request.choices:
-            m = self.local._matcher(request).match(request.utterance)
+            matcher = self.local._matcher(request)
+            m = matcher.match(request.utterance)
             if m.intent is not None:  # clear: today's 10 ms path decides
                 return self._took("embedding", t0, await self.local.reply(request, on_text))
+            disputed = self.disputed(matcher.ranked(request.utterance))
         speaking = asyncio.Event()
 
         def speak(delta: str) -> None:
             speaking.set()
             on_text(delta)
-        turn = asyncio.ensure_future(self.model.reply(request, speak))
+        turn = asyncio.ensure_future(self.model.reply(request, speak, acknowledge=False, disputed=disputed,
+                                                      hybrid=True))
+        ack = acknowledge_later(request, on_text, speaking.is_set)
         try:
             # the model must decide or start speaking within part of the node's budget (the rest is
             # for the embedding path's answer); once it speaks, it may finish its sentence
@@ -368,9 +556,15 @@ class HybridTriage:
         except LlmUnsure as exc:
             log.info("llm_unsure", node=request.node, detail=str(exc))
             path = "unsure"
+        except LlmWithheld as exc:
+            log.info("llm_withheld", node=request.node, detail=str(exc))
+            path = "withheld"
         except (LlmError, LlmModelError, RuntimeError, OSError) as exc:
             log.error("llm_model_failed", node=request.node, error=str(exc))
             path = "failed"
+        finally:
+            if ack is not None:
+                ack.cancel()
         return self._took(path, t0, await self.local.reply(request, on_text))
 
 

@@ -88,15 +88,21 @@ class SemanticMatcher:
         phrases = [p for ps in examples.values() for p in ps if p.strip()]
         self._vectors = encoder.encode(phrases) if encoder is not None and phrases else None
 
-    def match(self, text: str) -> IntentMatch:
-        by_words = self.words.match(text)
-        if by_words.intent is not None or self._vectors is None or not text.strip():
-            return by_words
+    def ranked(self, text: str) -> list[tuple[str, float]]:
+        """Every intent with the cosine of its nearest example phrase to the text, nearest first."""
+        if self._vectors is None or not text.strip():
+            return []
         sims = self._vectors @ self.encoder.encode([text])[0]
         best: dict[str, float] = {}
         for label, sim in zip(self._labels, sims):
             best[label] = max(best.get(label, -1.0), float(sim))
-        ranked = sorted(best.items(), key=lambda kv: kv[1], reverse=True)
+        return sorted(best.items(), key=lambda kv: kv[1], reverse=True)
+
+    def match(self, text: str) -> IntentMatch:
+        by_words = self.words.match(text)
+        if by_words.intent is not None or self._vectors is None or not text.strip():
+            return by_words
+        ranked = self.ranked(text)
         top_name, top = ranked[0]
         second = ranked[1][1] if len(ranked) > 1 else 0.0
         if any(top >= near and top - second >= lead for near, lead in self.rules):

@@ -4,6 +4,7 @@ not there gives None (the flow then reprompts) rather than a guess."""
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import re
 
@@ -68,6 +69,8 @@ def numbers_in(text: str) -> list[tuple[float, int, int]]:
                 if t in _SMALL and not (t in ("a", "an") and current):
                     if current and _SMALL[t] >= 10 and current % 100 < 10 and current % 100 != 0:
                         break  # "five twenty": two numbers
+                    if current % 100 >= 10 and (current % 10 == 0 or current % 100 < 20) and _SMALL[t] >= 10:
+                        break  # "nineteen ninety", "twenty thirty": two numbers
                     current += _SMALL[t]
                 elif t in _SCALE and (current or total):
                     scale = _SCALE[t]
@@ -158,25 +161,53 @@ def parse_digits(text: str, min_length: int = 1, max_length: int = 32, checksum:
 
 
 # ------------------------------------------------------------------ money
+_MONEY_UNITS = ("dollar", "dollars", "bucks", "buck", "euro", "euros", "pound", "pounds", "quid", "grand")
+_MONEY_WORDS = {"fiver": 5, "tenner": 10, "grand": 1000}  # "a tenner", "a grand"
+
+
+def _amounts(toks: list[str], nums: list[tuple[float, int, int]]) -> list[tuple[float, int, int]]:
+    """Numbers with what follows them folded in: "two and a half thousand" (2500), "a couple of
+    hundred" (200), "five grand" (5000)."""
+    out = []
+    for value, start, end in nums:
+        if toks[end:end + 3] == ["and", "a", "half"] and toks[end + 3:end + 4] and toks[end + 3] in _SCALE:
+            value, end = (value + 0.5) * _SCALE[toks[end + 3]], end + 4
+        elif toks[end:end + 1] == ["grand"]:
+            value *= 1000
+        out.append((value, start, end))
+    for i, tok in enumerate(toks):
+        if tok in ("couple", "few") and toks[i + 1:i + 2] == ["of"] and toks[i + 2:i + 3] and toks[i + 2] in _SCALE:
+            out.append(((2 if tok == "couple" else 3) * _SCALE[toks[i + 2]], i, i + 3))
+        elif tok in _MONEY_WORDS and not (i and numbers_in(toks[i - 1])):
+            out.append((float(_MONEY_WORDS[tok]), i, i + 1))
+    return sorted(out, key=lambda n: n[1])
+
+
 def parse_currency(text: str) -> str | None:
-    """An amount of money as "25.50": "$25.50", "twenty five dollars and fifty cents", "25 bucks"."""
+    """An amount of money as "25.50": "$25.50", "twenty five dollars and fifty cents", "25 bucks",
+    "twelve pounds fifty", "nineteen ninety nine", "a tenner", "two and a half thousand dollars"."""
+    text = _THOUSANDS.sub("", text)
     toks = _tokens(text)
-    m = re.search(r"\$\s*(\d+(?:\.\d{1,2})?)", text)
+    m = re.search(r"[$£€]\s*(\d+(?:\.\d{1,2})?)", text)
     if m:
         return f"{float(m.group(1)):.2f}"
-    nums = numbers_in(text)
+    nums = _amounts(toks, numbers_in(text))
     if not nums:
         return None
     dollars = cents = None
-    for value, start, end in nums:
+    for k, (value, start, end) in enumerate(nums):
         unit = toks[end] if end < len(toks) else ""
-        if unit in ("dollar", "dollars", "bucks", "buck", "euro", "euros", "pound", "pounds") and dollars is None:
+        if (unit in _MONEY_UNITS or toks[end - 1] in _MONEY_WORDS) and dollars is None:
             dollars = value
+            after = nums[k + 1] if k + 1 < len(nums) else None
+            if after and after[1] == end + (unit in _MONEY_UNITS) and after[0] < 100 and \
+                    toks[after[2]:after[2] + 1] not in (["cent"], ["cents"], ["pence"], ["p"]):
+                cents = after[0]  # "twelve pounds fifty"
         elif unit in ("cent", "cents", "pence", "p") and cents is None:
             cents = value
     if dollars is None and cents is None:
-        if len(nums) == 2 and "and" in toks:  # "twenty and fifty": dollars and cents
-            dollars, cents = nums[0][0], nums[1][0]
+        if len(nums) == 2 and ("and" in toks or nums[1][1] == nums[0][2] and nums[1][0] < 100):
+            dollars, cents = nums[0][0], nums[1][0]  # "twenty and fifty", "one fifty", "nineteen ninety nine"
         else:
             dollars = nums[0][0]
     return f"{(dollars or 0) + (cents or 0) / 100:.2f}"
@@ -232,7 +263,12 @@ def _relative(toks: list[str], today: dt.date) -> dt.date | None:
         if any(tuple(toks[i:i + n]) == words_ for i in range(len(toks) - n + 1)):
             return _next_on_or_after(today, month, day)
     if "weekend" in toks:
-        return today + dt.timedelta(days=(5 - today.weekday()) % 7 or (7 if today.weekday() == 5 else 0))
+        i = toks.index("weekend")
+        later = 7 if toks[i + 1:i + 3] == ["after", "next"] else 0
+        return today + dt.timedelta(days=((5 - today.weekday()) % 7 or (7 if today.weekday() == 5 else 0)) + later)
+    if "end" in toks and "week" in toks:  # "the end of the week" (Friday), "end of next week"
+        friday = today + dt.timedelta(days=(4 - today.weekday()) % 7)
+        return friday + dt.timedelta(days=7 if "next" in toks else 0)
     if "end" in toks and "month" in toks:
         first_next = dt.date(today.year + today.month // 12, today.month % 12 + 1, 1)
         return first_next - dt.timedelta(days=1)
@@ -251,6 +287,33 @@ def _base_day(toks: list[str], today: dt.date) -> dt.date | None:
     return None
 
 
+def _nth_weekday(toks: list[str], today: dt.date) -> dt.date | None:
+    """"the first Monday of January", "the last Friday of the month", "the second Tuesday in next
+    month": the next such day on or after today."""
+    for i, tok in enumerate(toks[:-1]):
+        nth = -1 if tok == "last" else _ORDINAL.get(tok)
+        if nth is None or nth > 5 or toks[i + 1] not in WEEKDAYS or toks[i + 2:i + 3] not in (["of"], ["in"]):
+            continue
+        rest = toks[i + 3:i + 5]
+        if rest[:1] and rest[0] in MONTHS:
+            months = [(today.year, MONTHS.index(rest[0]) + 1), (today.year + 1, MONTHS.index(rest[0]) + 1)]
+        elif rest[-1:] == ["month"] and rest[0] in ("the", "this"):
+            months = [(today.year, today.month)]
+        elif rest == ["next", "month"]:
+            months = [(today.year + today.month // 12, today.month % 12 + 1)]
+        else:
+            continue
+        for year, month in months:
+            days = [dt.date(year, month, d) for d in range(1, calendar.monthrange(year, month)[1] + 1)
+                    if dt.date(year, month, d).weekday() == WEEKDAYS.index(toks[i + 1])]
+            if nth > len(days):
+                continue
+            day = days[nth - 1] if nth > 0 else days[-1]
+            if day >= today:
+                return day
+    return None
+
+
 def parse_date(text: str, today: dt.date) -> str | None:
     """A date as YYYY-MM-DD: "today", "tomorrow", "monday", "next friday", "december third", "the 5th",
     "3rd of january", "12/24", "2027-01-05". Dates without a year are the next such day from today."""
@@ -262,6 +325,20 @@ def parse_date(text: str, today: dt.date) -> str | None:
         except ValueError:
             return None
     toks = _tokens(t)
+    for i, tok in enumerate(toks[:-1]):  # "the day before Christmas Eve", "the day after my birthday's Friday"
+        if tok == "day" and toks[i + 1] in ("before", "after") and toks[i + 2:i + 3] != ["tomorrow"] \
+                and (base := parse_date(" ".join(toks[i + 2:]), today)) is not None:
+            return (dt.date.fromisoformat(base) + dt.timedelta(days=1 if toks[i + 1] == "after" else -1)).isoformat()
+    nth = _nth_weekday(toks, today)
+    if nth is not None:
+        return nth.isoformat()
+    for i, tok in enumerate(toks[:-1]):
+        later = toks[i + 1:i + 3]
+        if tok in WEEKDAYS or tok in ("tomorrow", "today"):
+            weeks = 1 if later[:1] == ["week"] else 1 if later == ["after", "next"] else 0
+            if weeks and not (i and toks[i - 1] in ("next", "this") and later[:1] == ["week"]):
+                base = _base_day([tok], today)  # "Monday week", "tomorrow week", "the Tuesday after next"
+                return (base + dt.timedelta(days=7 * weeks)).isoformat()
     relative = _relative(toks, today)
     if relative is not None:
         return relative.isoformat()
@@ -335,25 +412,32 @@ def parse_time(text: str) -> str | None:
     if "midnight" in toks:
         return "00:00"
     hour = minute = None
+    before = False  # "ten to five": minutes before the hour named
     m = re.search(r"\b(\d{1,2})[:.](\d{2})\b", t)
+    nums = [] if m else numbers_in(t)
+    to = next((i for i, tok in enumerate(toks) if tok == "to" and 0 < i < len(toks) - 1
+               and (toks[i - 1] in ("quarter", "half") or any(e == i and v < 60 and toks[s - 1:s] not in
+                                                                  (["from"], ["between"]) for v, s, e in nums))
+               and any(s == i + 1 and v <= 12 for v, s, _ in nums)), None)
+    half = next((i for i, tok in enumerate(toks) if tok == "half" and any(s == i + 1 and 1 <= v <= 12
+                                                                          for v, s, _ in nums)), None)
     if m:
         hour, minute = int(m.group(1)), int(m.group(2))
+    elif not nums:
+        return None
+    elif "past" in toks or to is not None:
+        rel = 30 if "half" in toks else 15 if "quarter" in toks else int(nums[0][0])
+        target = [v for v, s, e in nums if "past" in toks[:s] or "to" in toks[:s]]
+        hour = int(target[0] if target else nums[-1][0])
+        minute = rel
+        before = to is not None and "past" not in toks
+    elif half is not None:  # British "half four": half past four
+        hour, minute = int(next(v for v, s, _ in nums if s == half + 1)), 30
     else:
-        nums = numbers_in(t)
-        if not nums:
-            return None
-        if "past" in toks or "to" in toks and any(w in toks for w in ("quarter", "half")):
-            rel = 30 if "half" in toks else 15 if "quarter" in toks else int(nums[0][0])
-            target = [v for v, s, e in nums if "past" in toks[:s] or "to" in toks[:s]]
-            hour = int(target[0] if target else nums[-1][0])
-            minute = rel
-            if "to" in toks and "past" not in toks:
-                hour, minute = (hour - 1) % 24, 60 - rel
-        else:
-            hour = int(nums[0][0])
-            minute = int(nums[1][0]) if len(nums) > 1 and nums[1][1] == nums[0][2] and nums[1][0] < 60 else 0
-            if hour >= 100 and minute == 0:  # "ten thirty" said as 1030
-                hour, minute = divmod(hour, 100)
+        hour = int(nums[0][0])
+        minute = int(nums[1][0]) if len(nums) > 1 and nums[1][1] == nums[0][2] and nums[1][0] < 60 else 0
+        if hour >= 100 and minute == 0:  # "ten thirty" said as 1030
+            hour, minute = divmod(hour, 100)
     pm = "pm" in toks or "afternoon" in toks or "evening" in toks or "tonight" in toks
     am = "am" in toks or "morning" in toks
     if hour is None or not 0 <= hour <= 23 or not 0 <= minute <= 59:
@@ -364,6 +448,8 @@ def parse_time(text: str) -> str | None:
         hour = 0
     elif not am and 1 <= hour <= 6:
         hour += 12
+    if before:  # the hour named, then the minutes before it: "quarter to one" is 12:45
+        hour, minute = (hour - 1) % 24, 60 - minute
     return f"{hour:02d}:{minute:02d}"
 
 

@@ -32,6 +32,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, RichLog, Static
 
+from callcenter.call.events import LLM_FELL_BACK
 from callcenter.supervisor.floor import Floor, transcript_lines, waterfall
 
 RECONNECT_S = 2.0
@@ -593,7 +594,7 @@ class SupervisorApp(App):
                     f"abandoned {a['abandoned']}  {servers}")
         paths = self.floor.model_paths
         if paths:
-            fell_back = sum(n for p, n in paths.items() if p in ("busy", "unsure", "slow", "failed"))
+            fell_back = sum(n for p, n in paths.items() if p in LLM_FELL_BACK)
             text.append(f"  model {paths.get('model', 0)}/{sum(paths.values())} turns, fell back {fell_back}"
                         f" (busy {paths.get('busy', 0)})", style="yellow" if paths.get("busy") else "")
         if self.floor_queues.get("queues"):

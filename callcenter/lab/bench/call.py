@@ -13,6 +13,7 @@ import socket
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -89,18 +90,57 @@ def _wait_warmed(agent, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+def _acknowledgements(flow: str) -> set[str]:
+    from callcenter.dialog.flow import LlmNode, load_flow
+
+    return {a.strip() for n in load_flow(Path(flow)).nodes.values() if isinstance(n, LlmNode) for a in n.acknowledgements}
+
+
+def _with_llm_paths(turns: list[dict], events: list[dict], acks: set[str]) -> list[dict]:
+    """Each turn an llm node answered gets its path (`via`: embedding, model, unsure, busy, slow...)
+    and `model_words`: from the caller's last voiced frame to the first words after the node's
+    acknowledgement (the model's own, or the embedding path's when it fell back)."""
+    for turn in turns:
+        mine = [e for e in events if e.get("turn") == turn["turn"]]
+        reply = next((e for e in mine if e["kind"] == "llm_reply"), None)
+        if reply is None:
+            continue
+        turn["via"] = reply.get("via") or "provider"
+        end = next(e for e in mine if e["kind"] == "speech_end")
+        voice_end = end.get("last_voice_t", end["t"])
+        says = [e for e in mine if e["kind"] == "agent_say"]
+        words = next((e for e in says if (e.get("text") or "").strip() not in acks), None)
+        turn["acknowledged"] = bool(says) and (says[0].get("text") or "").strip() in acks
+        if words is not None:
+            turn["model_words"] = words["t"] - voice_end
+    return turns
+
+
+def _model_turns(turns: list[dict]) -> dict:
+    """Voice-to-voice of the turns the offline model took (all paths but the clear embedding one)."""
+    took = [t for t in turns if t.get("via") not in (None, "embedding", "provider")]
+    if not took:
+        return {}
+    return {"model_turns": {"n": len(took), "voice_to_voice": _pct([t["voice_to_voice"] for t in took]),
+                            "acknowledged": sum(t["acknowledged"] for t in took),
+                            "words_after_acknowledgement": _pct([t["model_words"] for t in took if "model_words" in t])
+                            if any("model_words" in t for t in took) else None}}
+
+
 def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: int = 0,
-               prompt_cache_mb: int | None = None, stagger_s: float = 0.0) -> dict:
+               prompt_cache_mb: int | None = None, stagger_s: float = 0.0,
+               lines: tuple[str, ...] = CALLER_LINES, lead_s: float = 13.0) -> dict:
     """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip;
     with `workers`, `serve --workers N` behind Kamailio, and the callers dial the balancer.
     `prompt_cache_mb` overrides the agents' prompt cache (0: every call synthesises every sentence).
     `stagger_s`: the first `concurrent` calls start this far apart (0: all at once, so every caller
-    speaks at the same instant, a harder burst than callers arriving on their own)."""
+    speaks at the same instant, a harder burst than callers arriving on their own).
+    `lines`: what every caller says, `lead_s` into the call (after the greeting and first prompt),
+    then 11 s apart."""
     from callcenter.lab.fleet import Fleet
 
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
-    # caller speaks after the greeting and menu prompt, and again after the answer
-    mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
+    mic = scripted_caller(lines, work, lead_s=lead_s, gap_s=11.0, tail_s=6.0)
     extra = f"prompt_cache_mb: {prompt_cache_mb}\n" if prompt_cache_mb is not None else ""
     if workers:
         agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000,
@@ -133,14 +173,16 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
     per_call = []
     all_turns = []
     every = []
+    acks = _acknowledgements(flow)
     for jsonl in agent.calls():
         events = read_events(jsonl)
         every += events
-        turns = turn_latencies(events)
+        turns = _with_llm_paths(turn_latencies(events), events, acks)
         all_turns += turns
         per_call.append({"call_id": events[0]["call_id"] if events else jsonl.stem, "turns": turns,
                          "worker": events[0].get("worker") if events else None,
-                         "transcript": [(e["kind"], e.get("text")) for e in events if e["kind"] in ("stt_final", "agent_say")]})
+                         "transcript": [(e["kind"], e.get("text")) for e in events if e["kind"] in ("stt_final", "agent_say")],
+                         "llm_paths": [e.get("via") for e in events if e["kind"] == "llm_reply"]})
     summary = {
         "calls": len(per_call),
         "turns": len(all_turns),
@@ -152,7 +194,9 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         **_cpu_summary(cpu, calls_wall, concurrent),
         **_media_summary(every),
         "faults": _faults(every),
+        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
+        **_model_turns(all_turns),
     }
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
               "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
@@ -215,6 +259,7 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
         **_cpu_summary(cpu, calls_wall, calls),
         "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
         "faults": _faults(every),
+        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
         **_media_summary(every),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
@@ -322,6 +367,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "fds_at_end_of_load": last["fds"] if last else None, "fds_idle_after": end_fds, "rss_idle_after": end_rss,
         "workers_restarted": len(fleet.log_lines("worker_died")),
         "faults": _faults(every),
+        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
         **_media_summary(every),
         "memory_trims": len(trims),
         "memory_trim_ms": _pct([t["ms"] / 1000 for t in trims]) if trims else None,
