@@ -68,9 +68,35 @@ def scrape(agent) -> dict[str, dict[tuple, float]]:
     return out
 
 
+# `./scripts/test` runs the suite as two pytest processes at once (CALLCENTER_TEST_SHARD): `line`
+# holds the tests that place calls in real time (marked sip or slow), one at a time; `offline` holds
+# the rest, CPU work on a clock of its own (the quick tier and the slow files below), on one thread.
+SHARD_ENV = "CALLCENTER_TEST_SHARD"
+OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_simulate.py", "test_cli.py", "test_scenarios.py",
+                      "test_local_llm.py"}
+
+
+def on_the_line(item) -> bool:
+    return bool(item.get_closest_marker("sip") or item.get_closest_marker("slow")) \
+        and item.path.name not in OFFLINE_SLOW_FILES
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get(SHARD_ENV)
+    if shard not in ("line", "offline"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if on_the_line(item) == (shard == "line") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def rtp_base() -> int:
-    """A distinct RTP port range per agent started in this test run."""
-    return 20000 + 1000 * (next(_ports) % 30)
+    """A distinct RTP port range per agent started in this test run (and per shard)."""
+    first = 35000 if os.environ.get(SHARD_ENV) == "offline" else 20000
+    return first + 1000 * (next(_ports) % 15)
 
 
 @pytest.fixture(scope="session")
