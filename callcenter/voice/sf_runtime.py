@@ -2,7 +2,8 @@
 
 The text side runs once per sentence (phoneme encoder, durations, length regulation); the decoder
 then runs as a recurrence from a carried state (`runtime.scan_fn`, the same closed-form chunk scan
-the spectral voices use), `FRAMES_PER_STEP` frames a step, and `SourceFilterStream` turns each
+the spectral voices use), `FRAMES_PER_STEP` frames in the first step (first audio) and
+`FRAMES_PER_LATER_STEP` in each after it, and `SourceFilterStream` turns each
 step's F0 and envelopes into samples. A sample is final once every frame whose window covers it is
 known: the stream runs `LAG_FRAMES` behind the decoder, so the first samples leave after the first
 step.
@@ -17,8 +18,8 @@ from typing import Iterator
 import numpy as np
 
 from callcenter.voice import source_filter as sf
-from callcenter.voice.runtime import (FRAMES_PER_STEP, Recurrence, VoiceFileError, conv_layer, frames_per_id,
-                                      load_block, predict, regulate, scan_fn)
+from callcenter.voice.runtime import (FRAMES_PER_LATER_STEP, FRAMES_PER_STEP, Recurrence, VoiceFileError,
+                                      conv_layer, frames_per_id, load_block, predict, regulate, scan_fn)
 
 LOG_F0_MEAN = 5.3
 LAG_FRAMES = 3  # F0 interpolation (one frame ahead) and the 50 ms window (two frames each side)
@@ -161,7 +162,8 @@ class SfVoice:
         self.config = self.meta["config"]
         p = self.p
         self.blocks = [load_block(p, f"decoder.{i}") for i in range(self.config["decoder_layers"])]
-        self._scans = [scan_fn(b, FRAMES_PER_STEP) for b in self.blocks]
+        self._scans = [scan_fn(b, FRAMES_PER_STEP) for b in self.blocks]  # the first step (first audio)
+        self._later = [scan_fn(b, FRAMES_PER_LATER_STEP) for b in self.blocks]  # the rest
         self._dec_w, self._dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
         self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
         self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
@@ -194,7 +196,8 @@ class SfVoice:
     def frames(self, cond: np.ndarray, cancelled=lambda: False) -> Iterator[np.ndarray]:
         """The decoder as a recurrence: per step, (K, N_OUT) outputs for the next K frames, from
         the carried convolution windows and SSM states (the same function as the torch decoder)."""
-        decoder = Recurrence(self.blocks, self._scans, self._dec_w, self._dec_b, self._head_w, self._head_b)
+        decoder = Recurrence(self.blocks, self._scans, self._dec_w, self._dec_b, self._head_w, self._head_b,
+                             later=self._later)
         for _, out in decoder.run(cond, cancelled):
             yield out
 
