@@ -85,6 +85,11 @@ def test_the_disputed_choices_are_those_the_embedding_path_puts_well_behind():
     assert HybridTriage.disputed([("technical", 0.51), ("outage", 0.45), ("billing", 0.14)]) == {"outage", "billing"}
     assert HybridTriage.disputed([("outage", 0.47), ("technical", 0.44)]) == frozenset()
     assert HybridTriage.disputed([("billing", 0.30), ("outage", 0.10)]) == frozenset()  # too far to judge
+    # a bare "yes" cannot pick a route, unless it answers something the agent asked at this node
+    assert HybridTriage.disputed([("billing", 0.30)], request("yes")) == set(CHOICES)
+    asked = request("yes", history=(("caller", "a charge on my statement"), ("agent", "Is this about billing?")))
+    assert HybridTriage.disputed([("billing", 0.30)], asked) == frozenset()
+    assert HybridTriage.disputed([("billing", 0.30)], request("my router")) == frozenset()
 
 
 def test_slot_rules_win_over_the_models_reading():

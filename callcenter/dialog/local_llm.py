@@ -499,9 +499,14 @@ class HybridTriage:
         self.seconds: dict[str, list[float]] = {}
 
     @staticmethod
-    def disputed(ranked: list[tuple[str, float]]) -> frozenset[str]:
-        """The choices the embedding path argues against: when its nearest intent is close
-        (DISPUTE_SIM), every intent it puts DISPUTE_LEAD or more behind that one."""
+    def disputed(ranked: list[tuple[str, float]], request: LlmRequest | None = None) -> frozenset[str]:
+        """The choices the model may not take surely:
+        - every one, when the caller's words hold nothing but function words ("yes", "okay") and
+          the agent has asked nothing at this node yet (a bare "yes" cannot pick a route);
+        - those the embedding path argues against: when its nearest intent is close (DISPUTE_SIM),
+          every intent it puts DISPUTE_LEAD or more behind that one."""
+        if request is not None and not _words(request.utterance) and not any(w == "agent" for w, _ in request.history):
+            return frozenset(request.choices)
         if not ranked or ranked[0][1] < DISPUTE_SIM:
             return frozenset()
         top = ranked[0][1]
@@ -522,7 +527,7 @@ class HybridTriage:
             m = matcher.match(request.utterance)
             if m.intent is not None:  # clear: today's 10 ms path decides
                 return self._took("embedding", t0, await self.local.reply(request, on_text))
-            disputed = self.disputed(matcher.ranked(request.utterance))
+            disputed = self.disputed(matcher.ranked(request.utterance), request)
         speaking = asyncio.Event()
 
         def speak(delta: str) -> None:

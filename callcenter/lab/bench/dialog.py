@@ -10,6 +10,7 @@ place), no match; and time per sentence.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import statistics
@@ -299,9 +300,11 @@ class ModelMatcher:
         choices = {name: (c.description, tuple(c.examples)) for name, c in node.choices.items()}
         choices.update({name: ("the caller asks for a person (an operator, a human, an agent)",
                                tuple(g.examples)) for name, g in flow.globals.intents.items()})
+        # the node's prompt as a call builds it: its facts and the day included
         self._request = lambda text: LlmRequest(node=NODE, provider="local-llm", instructions=node.instructions,
-                                                knowledge=None, choices=choices, slots={}, tools={}, history=(),
-                                                utterance=text, time_budget_s=30, fallback="")
+                                                knowledge=node.knowledge, choices=choices, slots={}, tools={}, history=(),
+                                                utterance=text, time_budget_s=30, fallback="",
+                                                today=dt.date.today().strftime("%Y-%m-%d, %A"))
         self.system = system_prompt(self._request(""))
         self.model = LocalModel.shared()
         self.first = first
@@ -319,7 +322,7 @@ class ModelMatcher:
                 self.paths["first"].append(time.perf_counter() - t0)
                 return quick
         request = self._request(text)
-        disputed = HybridTriage.disputed(self.first.ranked(text)) if self.first is not None else frozenset()
+        disputed = HybridTriage.disputed(self.first.ranked(text), request) if self.first is not None else frozenset()
         parser = ReplyParser(request, lambda _: None, disputed=disputed)
         stop = self._threading.Event()
 
