@@ -628,7 +628,9 @@ class CallServer:
 
     def free_slots(self) -> int:
         """Calls this process could still place or take (an agent's leg needs one)."""
-        return self.endpoint.free_slots() if self.endpoint is not None else self.config.max_calls
+        if self.endpoint is None:  # not listening yet: browser calls only
+            return max(0, self.config.max_calls - self.other_calls())
+        return self.endpoint.free_slots()
 
     def full(self, exclude: LiveCall | None = None) -> bool:
         """Has the process all the calls it may take, SIP and browser together? Browser calls count

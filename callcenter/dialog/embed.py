@@ -17,6 +17,7 @@ import numpy as np
 from callcenter.errors import CallcenterError
 
 MAX_TOKENS = 64  # caller utterances and example phrases are short
+VECTOR_CACHE = 512  # single sentences (`SentenceEncoder.vector`) kept per encoder
 _DTYPES = {"F32": np.float32, "I64": np.int64}
 
 
@@ -64,6 +65,8 @@ class SentenceEncoder:
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding(pad_id=0)
         self._lock = threading.Lock()
+        # one caller sentence is matched, ranked, answered and checked by several stages of a turn
+        self.vector = lru_cache(maxsize=VECTOR_CACHE)(self._vector)
 
     def _ln(self, x: np.ndarray, prefix: str) -> np.ndarray:
         mean = x.mean(-1, keepdims=True)
@@ -76,6 +79,12 @@ class SentenceEncoder:
         y = np.ascontiguousarray((self.w[prefix + ".weight"] @ x.reshape(-1, x.shape[-1]).T).T)
         y += self.w[prefix + ".bias"]
         return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def _vector(self, text: str) -> np.ndarray:
+        """One text's vector (read-only), kept for the next stage that asks for it (`vector`)."""
+        v = self.encode([text])[0]
+        v.setflags(write=False)
+        return v
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -142,7 +142,7 @@ class LocalTriage:
         sentences, vectors = self._knowledge(request.knowledge)
         if not sentences:
             return ""
-        sims = vectors @ self.encoder.encode([said])[0]
+        sims = vectors @ self.encoder.vector(said)
         asked = said.lower()
         for question, holds in ANSWER_TYPES:
             if question.search(asked):
@@ -159,7 +159,7 @@ class LocalTriage:
     def _clarify(self, request: LlmRequest, said: str) -> str:
         names = list(request.choices)
         descs = [request.choices[n][0].rstrip(".") for n in names]
-        sims = self.encoder.encode(descs) @ self.encoder.encode([said])[0]
+        sims = self.encoder.encode(descs) @ self.encoder.vector(said)
         top = [descs[i] for i in sims.argsort()[::-1][:2]]
         top = [d[0].lower() + d[1:] if d[:2] != d[:2].upper() else d for d in top]
         if len(top) == 1:

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 
 from callcenter.dialog.engine import LlmReply, LlmRequest
@@ -238,7 +239,6 @@ class Grounding:
         self.numbers = {v for v, _, _ in numbers_in(" ".join([request.knowledge or "", self.heard]))}
         self.known = _words(" ".join([request.knowledge or "", self.heard]))
         self._encoder = encoder
-        self._facts = None
 
     def encoder(self):
         if self._encoder is None:
@@ -253,16 +253,15 @@ class Grounding:
             return None
         if any(v not in self.numbers and v not in (0, 1) for v, _, _ in numbers_in(sentence)):
             return "a number not in the facts or the conversation"
-        vec = self.encoder().encode([sentence])[0] if self.request.knowledge or sentence.endswith("?") else None
+        vec = self.encoder().vector(sentence) if self.request.knowledge or sentence.endswith("?") else None
         if sentence.endswith("?"):
-            if float(self.encoder().encode([self.request.utterance])[0] @ vec) >= ECHO_MIN:
+            if float(self.encoder().vector(self.request.utterance) @ vec) >= ECHO_MIN:
                 return "an echo of the caller's words"
             return None
         if not self.request.knowledge:
             return None
-        if self._facts is None:
-            self._facts = self.encoder().encode(split_sentences(self.request.knowledge))
-        if float((self._facts @ vec).max()) < SUPPORT_MIN:
+        facts = np.stack([self.encoder().vector(f) for f in split_sentences(self.request.knowledge)])
+        if float((facts @ vec).max()) < SUPPORT_MIN:
             return "not close to any fact"
         new = _words(sentence) - self.known
         if len(new) > NEW_WORDS_MAX:
@@ -286,7 +285,7 @@ class ReplyParser:
     def __init__(self, request: LlmRequest, on_text: TextSink, grounding: Grounding | None = None,
                  disputed: frozenset[str] = frozenset()):
         self.request = request
-        self.disputed = disputed  # choices another judge argues against: taken as unsure
+        self.disputed = frozenset(d.lower() for d in disputed)  # choices another judge argues against: unsure
         self.on_text = on_text
         self.grounding = grounding or Grounding(request)
         self.buffer = CHOICE_PREFIX if request.choices else ""  # the prompt ends with it
@@ -328,7 +327,7 @@ class ReplyParser:
                 if key == "choice":
                     choice = value.strip(".").lower()
                     if choice not in NONE_WORDS and (self.choice_p < MIN_CHOICE_P
-                                                     or choice in {d.lower() for d in self.disputed}):
+                                                     or choice in self.disputed):
                         self.unsure = True
                     elif choice in {n.lower() for n in self.request.choices}:
                         self.chose = True
@@ -378,7 +377,7 @@ class ReplyParser:
         choice = self.fields.get("choice", "").strip().strip(".").lower()
         if choice not in NONE_WORDS and (choice_p < MIN_CHOICE_P or self.unsure):
             log.info("llm_choice_unsure", node=self.request.node, choice=choice[:60], p=round(choice_p, 2),
-                     disputed=choice in {d.lower() for d in self.disputed})
+                     disputed=choice in self.disputed)
         elif choice not in NONE_WORDS:
             names = {n.lower(): n for n in self.request.choices}
             if choice in names:
@@ -573,13 +572,17 @@ class HybridTriage:
         return self._took(path, t0, await self.local.reply(request, on_text))
 
 
+def hybrid_on() -> bool:
+    """Does `kind: local` put the model behind the embedding path: built, and not CALLCENTER_LLM=off?"""
+    return installed() and os.environ.get(OFF_ENV, "").lower() != "off"
+
+
 def uses_model(flow) -> bool:
     """Will this flow's llm nodes reach the offline model (local-llm, or local with the hybrid on)?"""
     from callcenter.dialog.flow import LlmNode
 
     kinds = {flow.llm[n.provider].kind for n in flow.nodes.values() if isinstance(n, LlmNode) and n.provider in flow.llm}
-    hybrid = installed() and os.environ.get(OFF_ENV, "").lower() != "off"
-    return "local-llm" in kinds or ("local" in kinds and hybrid)
+    return "local-llm" in kinds or ("local" in kinds and hybrid_on())
 
 
 def warm_model(flow) -> bool:
@@ -596,6 +599,6 @@ def warm_model(flow) -> bool:
 def default_local_provider() -> Any:
     """What `kind: local` runs: the hybrid when the model is built (unless CALLCENTER_LLM=off), else
     the embedding path alone."""
-    if installed() and os.environ.get(OFF_ENV, "").lower() != "off":
+    if hybrid_on():
         return HybridTriage()
     return LocalTriage()

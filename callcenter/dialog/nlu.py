@@ -92,7 +92,7 @@ class SemanticMatcher:
         """Every intent with the cosine of its nearest example phrase to the text, nearest first."""
         if self._vectors is None or not text.strip():
             return []
-        sims = self._vectors @ self.encoder.encode([text])[0]
+        sims = self._vectors @ self.encoder.vector(text)
         best: dict[str, float] = {}
         for label, sim in zip(self._labels, sims):
             best[label] = max(best.get(label, -1.0), float(sim))

@@ -24,8 +24,8 @@ VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
 LN_EPS = 1e-5
 FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product per block covers 8 frames
 # after the first step the source-filter voices take longer steps: the same arithmetic per frame in
-# fewer, larger products (bench tts: real-time factor 0.0126 -> 0.0078 on one thread; first audio
-# still comes after one 8-frame step)
+# fewer, larger products (bench tts: ssm:heart's real-time factor 0.0127 -> 0.0079 on one thread;
+# first audio still comes after one 8-frame step)
 FRAMES_PER_LATER_STEP = 32
 
 

@@ -90,6 +90,11 @@ def _wait_warmed(agent, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+def _llm_paths(events: list[dict]) -> dict:
+    """llm-node turns by the path that answered (the offline hybrid's `via`; `provider` otherwise)."""
+    return dict(Counter(e.get("via") or "provider" for e in events if e["kind"] == "llm_reply"))
+
+
 def _acknowledgements(flow: str) -> set[str]:
     from callcenter.dialog.flow import LlmNode, load_flow
 
@@ -194,7 +199,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         **_cpu_summary(cpu, calls_wall, concurrent),
         **_media_summary(every),
         "faults": _faults(every),
-        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
+        "llm_paths": _llm_paths(every),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
         **_model_turns(all_turns),
     }
@@ -259,7 +264,7 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
         **_cpu_summary(cpu, calls_wall, calls),
         "callers_cores_busy": round(callers_cpu / calls_wall, 3),  # this process's aiortc callers
         "faults": _faults(every),
-        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
+        "llm_paths": _llm_paths(every),
         **_media_summary(every),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
@@ -367,7 +372,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "fds_at_end_of_load": last["fds"] if last else None, "fds_idle_after": end_fds, "rss_idle_after": end_rss,
         "workers_restarted": len(fleet.log_lines("worker_died")),
         "faults": _faults(every),
-        "llm_paths": dict(Counter(e.get("via") or "provider" for e in every if e["kind"] == "llm_reply")),
+        "llm_paths": _llm_paths(every),
         **_media_summary(every),
         "memory_trims": len(trims),
         "memory_trim_ms": _pct([t["ms"] / 1000 for t in trims]) if trims else None,

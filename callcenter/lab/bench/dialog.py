@@ -143,8 +143,6 @@ class SlotScorer:
     one slot; its value line read by the same rules, as the flow engine reads it)."""
 
     def __init__(self, model: bool):
-        import datetime as dt
-
         self.today = dt.date.fromisoformat(SLOT_TODAY)
         self.llm = None
         if model:
@@ -222,6 +220,7 @@ class KnowledgeScorer:
 
         right = invented = wrong = 0
         cases, times = [], []
+        facts = {f.lower().rstrip(".") for f in split_sentences(KNOWLEDGE)}
         for question, keys in KNOWLEDGE_SET:
             t0 = time.perf_counter()
             text = self.answer(question)
@@ -229,7 +228,6 @@ class KnowledgeScorer:
             statements = [s for s in re.split(r"(?<=[.!?])\s+", text) if s and not s.endswith("?")
                           and not NOT_KNOWN.search(s)]
             if keys is None:  # a fact said word for word is not invented, but it is not the answer either
-                facts = {f.lower().rstrip(".") for f in split_sentences(KNOWLEDGE)}
                 verdict = ("right" if not statements else
                            "quoted_a_fact" if all(st.lower().rstrip(".") in facts for st in statements) else "invented")
             else:
@@ -359,12 +357,9 @@ def run_nlu_bench(out: Path, model: bool | None = None) -> dict:
         "encoder_load_s": round(load_s, 2),
         "index_examples_s": round(index_s, 3),
     }
-    import os
+    from callcenter.dialog.local_llm import hybrid_on
 
-    from callcenter.dialog.llm_model import installed
-    from callcenter.dialog.local_llm import OFF_ENV
-
-    if model or (model is None and installed() and os.environ.get(OFF_ENV, "").lower() != "off"):
+    if model or (model is None and hybrid_on()):
         alone = ModelMatcher(flow)
         report["model_only"] = {**score(alone), **alone.path_summary()}
         hybrid = ModelMatcher(flow, first=semantic)
