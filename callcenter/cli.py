@@ -396,7 +396,8 @@ def cmd_bench(args) -> int:
 
     report = bench_call(calls=args.calls, flow=args.flow, out=Path(args.json), concurrent=args.concurrent,
                         prompt_cache_mb=args.prompt_cache_mb, stagger_s=args.stagger_s,
-                        workers=args.workers, lines=tuple(args.say) if args.say else CALLER_LINES, lead_s=args.lead_s)
+                        workers=args.workers, lines=tuple(args.say) if args.say else CALLER_LINES, lead_s=args.lead_s,
+                        references=args.references)
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -641,6 +642,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "'No thanks, that's all')")
     s.add_argument("--lead-s", type=float, default=13.0,
                    help="when the caller first speaks, in seconds from the answer (after the flow's greeting)")
+    s.add_argument("--references", action="store_true",
+                   help="the same calls again with the flow's llm nodes answered by the embedding path alone, "
+                        "and by a loopback OpenAI-compatible stub that answers at once (same-run references)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench)
     s = b.add_parser("queue", help="queues of human agents behind Kamailio: agent free -> ringing, the added "

@@ -146,6 +146,36 @@ def test_a_recognised_answer_ends_the_turn_early(stt):
     assert slow.finals[0].ended_t - end_of_speech > 0.9  # the node's 1.2 s, counted from the last loud window
 
 
+def test_a_sentence_judged_finished_ends_the_turn_early(stt):
+    """At a free-speech node with a judge of finished sentences (the offline model's semantic end of
+    turn), a pause's text judged finished ends the turn after `finished_end_ms`, not the node's whole
+    silence; judged unfinished, or with no judge, the node's silence decides. A text that ends on a
+    word a sentence cannot end on is held longer whatever the judge says."""
+    line = np.concatenate([np.zeros(4000), caller("I need to reset my password.")])
+    end_of_speech = np.flatnonzero(np.abs(line) > 0.01)[-1] / 8000
+    asked: list[str] = []
+
+    def judge(text):
+        asked.append(text)
+        return "password" in text.lower()
+
+    quick = replay(stt, line, expect=Expectation("speech", 1200, finished=judge))
+    plain = replay(stt, line, expect=Expectation("speech", 1200))
+    unsure = replay(stt, line, expect=Expectation("speech", 1200, finished=lambda t: False))
+    assert asked and quick.judged and all(t in asked for _, t, _ in quick.judged)
+    assert quick.finals[0].ended_t - end_of_speech < 0.6
+    assert [e.why for _, e in quick.of(Ended)] == ["finished"]
+    for slow in (plain, unsure):
+        assert slow.finals[0].ended_t - end_of_speech > 0.9
+        assert [e.why for _, e in slow.of(Ended)] == ["silence"]
+    # a digits node never asks (it has its own rules), and a judge cannot end "... reset my"
+    digits = replay(stt, line, expect=Expectation("digits", 1200, digits_min=4, finished=lambda t: True))
+    assert digits.finals and all(e.why != "finished" for _, e in digits.of(Ended))
+    cut = np.concatenate([np.zeros(4000), caller("I need to reset my")])
+    held = replay(stt, cut, expect=Expectation("speech", 700, finished=lambda t: True), tail_s=3.0)
+    assert [e.why for _, e in held.of(Ended)] == ["unfinished"]
+
+
 def test_a_short_answer_the_recognizer_read_is_never_dropped(stt):
     """A "yes" with less voiced speech than a turn needs is kept when the recognizer read an answer
     the node expects; the same sound where no answer is expected is still a blip."""

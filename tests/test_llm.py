@@ -6,6 +6,7 @@ import asyncio
 import json
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import structlog
@@ -367,3 +368,26 @@ def test_bedrock_converse_stream(monkeypatch):
     assert seen["auth"].startswith("AWS4-HMAC-SHA256 Credential=AKIDTEST/") and KEY not in seen["auth"]
     assert {t["toolSpec"]["name"] for t in seen["body"]["toolConfig"]["tools"]} == {"route", "human"}
     assert seen["body"]["messages"][-1] == {"role": "user", "content": [{"text": "I was charged twice"}]}
+
+
+def test_bench_calls_remote_reference_is_the_flow_pointed_at_a_loopback_stub(tmp_path):
+    """`bench call --references`: a copy of the flow whose llm providers are all the OpenAI-compatible
+    stub, which streams its reply sentence by sentence through the real remote provider."""
+    from callcenter.lab.bench.call import _remote_flow
+    from callcenter.lab.llm_stub import REPLY, LlmStub
+
+    with LlmStub() as stub:
+        path = _remote_flow(Path("flows/triage.yaml").resolve(), tmp_path / "flows", stub.url)
+        flow = load_flow(path)
+        assert {p.kind for p in flow.llm.values()} == {"openai"} and flow.llm["default"].base_url == stub.url
+        sentences = []
+        reply = run(OpenAiChat(flow.llm["default"]).reply(request(), SentenceStream(sentences.append).feed))
+        assert stub.requests == 1 and reply.text == "".join(REPLY) and sentences[0] == REPLY[0].strip()
+    assert load_flow("flows/triage.yaml").llm["default"].kind == "local"  # the original is untouched
+
+
+def test_the_embedding_path_reads_dates_from_the_calls_own_day():
+    """A simulated call at another date (`--at`) gets "tomorrow" counted from that day, not today."""
+    req = request(utterance="can the engineer come tomorrow", slots={"day": Slot(type="date")}, choices={},
+                  today="2027-03-01, Monday")
+    assert run(LocalTriage().reply(req, lambda _: None)).slots == {"day": "2027-03-02"}

@@ -14,8 +14,9 @@ import pytest
 from callcenter.dialog.engine import LlmRequest
 from callcenter.dialog.flow import LlmTool, Slot
 from callcenter.dialog.llm_model import LlmModelError, installed
-from callcenter.dialog.local_llm import (ACKNOWLEDGE_AFTER_S, MIN_CHOICE_P, Admission, Grounding, HybridTriage,
-                                         LlmBusy, LocalLlm, ReplyParser, rule_slots, system_prompt, turn_prompt)
+from callcenter.dialog.local_llm import (ACKNOWLEDGE_AFTER_S, FINISHED_LOGP, MIN_CHOICE_P, Admission, EndOfTurn,
+                                         Grounding, HybridTriage, LlmBusy, LocalLlm, ReplyParser, rule_slots,
+                                         system_prompt, turn_prompt)
 
 CHOICES = {"billing": ("Billing, charges, payments or refunds", ("my bill", "I was charged twice")),
            "technical": ("Technical support with a device or connection", ("my router does not work",)),
@@ -148,6 +149,64 @@ def test_admission_spans_processes_and_a_busy_model_falls_back_to_the_embedding_
     Admission.release(fd)
 
 
+class _Judged:
+    """Stands in for the loaded model's one number (log P(the message ends here)); records what it was asked."""
+
+    def __init__(self, logp: float):
+        self.logp, self.asked = logp, []
+
+    def end_logprob(self, words: str) -> float:
+        self.asked.append(words)
+        return self.logp
+
+
+def test_the_end_of_turn_judge_reads_words_only_and_never_waits_for_a_busy_model(tmp_path):
+    """Whisper's punctuation is not read (it writes a full stop after a cut-off sentence too); a judge
+    that finds the model's slot taken answers "not judged" at once, and the slot is given back."""
+    sure, unsure = _Judged(FINISHED_LOGP + 0.5), _Judged(FINISHED_LOGP - 0.5)
+    admission = Admission(1, tmp_path)
+    assert EndOfTurn(sure, admission)("Do you sell phones in your shops?") is True
+    assert sure.asked == ["do you sell phones in your shops"]
+    assert EndOfTurn(unsure, admission)("I need to reset my.") is False
+    assert EndOfTurn(sure, admission)(" ... ") is False and len(sure.asked) == 1  # no words: not asked
+    fd = admission.try_acquire()
+    try:
+        assert EndOfTurn(sure, admission)("Do you sell phones?") is False and len(sure.asked) == 1
+    finally:
+        Admission.release(fd)
+    assert EndOfTurn(sure, admission)("Do you sell phones?") is True
+
+
+def test_only_the_offline_model_judges_the_end_of_a_turn(monkeypatch, tmp_path):
+    """The embedding path alone and the remote providers have no judge (the node's silence ends a
+    turn); the hybrid and local-llm share the model's."""
+    from callcenter.dialog import local_llm
+    from callcenter.dialog.flow import load_flow
+    from callcenter.dialog.services import FlowServices
+
+    path = tmp_path / "flow.yaml"
+    path.write_text(textwrap.dedent("""
+        name: judged
+        start: ask
+        llm:
+          remote: {kind: openai, model: m, base_url: "http://127.0.0.1:9/v1", api_key_env: NO_SUCH_KEY}
+          model: {kind: local-llm}
+        nodes:
+          ask: {type: llm, prompt: "Hello?", instructions: Help., max_turns: 1, next: bye, on_failure: bye}
+          bye: {type: hangup}
+    """))
+    flow = load_flow(path)
+    monkeypatch.setattr(local_llm, "installed", lambda: False)
+    services = FlowServices(flow)
+    assert services.end_of_turn("default") is None
+    assert services.end_of_turn("remote") is None
+    assert isinstance(services.end_of_turn("model"), EndOfTurn)
+    monkeypatch.setattr(local_llm, "installed", lambda: True)
+    monkeypatch.delenv(local_llm.OFF_ENV, raising=False)  # the suite keeps the hybrid off unless asked
+    hybrid = FlowServices(flow).provider("default")
+    assert isinstance(hybrid, HybridTriage) and hybrid.end_of_turn is hybrid.model.end_of_turn
+
+
 def test_a_reassembled_model_with_the_wrong_checksum_is_refused(tmp_path, monkeypatch):
     from callcenter.dialog import llm_model
 
@@ -219,3 +278,15 @@ def test_knowledge_answers_come_from_the_facts_and_nothing_is_made_up():
     report = KnowledgeScorer().score()
     assert report["answered_right"] in ("9/10", "10/10"), report["cases"]
     assert report["invented"] == 0, report["cases"]
+
+
+@needs_model
+@pytest.mark.slow
+def test_the_model_tells_a_finished_sentence_from_one_cut_at_a_pause():
+    judge = EndOfTurn()
+    for finished, cut in [("Do you sell phones in your shops?", "Do you sell phones in your."),
+                          ("Hmm, I have a question about something.", "Hmm, I have a question about."),
+                          ("My internet is not working.", "My internet is."),
+                          ("What time do you close on Saturday?", "What time do you close on the.")]:
+        assert judge(finished), finished
+        assert not judge(cut), cut

@@ -18,6 +18,7 @@ CALL_START = "call_start"
 SPEECH_START = "speech_start"
 SPEECH_END = "speech_end"
 STT_PARTIAL = "stt_partial"
+TURN_JUDGED = "turn_judged"  # a pause's text judged a finished sentence or not (semantic end of turn)
 STT_FINAL = "stt_final"
 SPEECH_IGNORED = "speech_ignored"
 AGENT_PAUSED = "agent_paused"

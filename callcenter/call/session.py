@@ -31,7 +31,7 @@ from callcenter.call.speech import Speech
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
                                       Waiting)
-from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, trouble_destination
+from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, LlmNode, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.decoding import ENDED, PARTIAL, PAUSED, Decode, decode_executor
@@ -40,6 +40,7 @@ from callcenter.hearing.listener import Key, Listener, Outcome
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
                                       Turn)
+from callcenter.text.expecting import Expecting
 
 log = structlog.get_logger()
 
@@ -355,7 +356,7 @@ class CallSession:
             if self.bridge.paused:  # spoke over the agent and it counted: the agent has been interrupted
                 self.bridge.resume()
             self.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
-                             last_voice_t=round(now - event.silence_ms / 1000, 4))
+                             last_voice_t=round(now - event.silence_ms / 1000, 4), why=event.why)
             self._in_flight += 1
             self._keep(asyncio.create_task(self._recognise(turn, self._turn_private)))
 
@@ -378,8 +379,25 @@ class CallSession:
             now = self.events.now()
             for event in self.listener.decoded(pause.turn_id, pause.key, result.text, result.confidence):
                 self._carry_out(event, now)
+            if not pause.partial and expect.finished is not None and result.text.strip() and self.listener.in_speech:
+                self._judge(pause, expect.finished, result.text)
 
         future.add_done_callback(done)
+
+    def _judge(self, pause: Pause, finished, text: str) -> None:
+        """Does the pause's text read as a finished sentence? (A language model: on a worker thread.)"""
+        t0 = self.events.now()
+        judging = asyncio.get_running_loop().run_in_executor(None, finished, text)
+
+        def done(f: asyncio.Future) -> None:
+            if f.cancelled() or f.exception() is not None or self._ended.is_set():
+                return
+            now = self.events.now()
+            self.events.emit(ev.TURN_JUDGED, finished=f.result(), ms=round((now - t0) * 1000))
+            for event in self.listener.judged(pause.turn_id, pause.key, f.result()):
+                self._carry_out(event, now)
+
+        judging.add_done_callback(done)
 
     async def _recognise(self, turn: Turn, private: bool = False) -> None:
         try:
@@ -535,8 +553,11 @@ class CallSession:
         await self._decide(lambda: self.dialog.on_thought(result.reply, result.error), caller_input=False)
 
     def _expect(self, listen: Listen) -> None:
+        node = self.dialog.node
+        finished = self.services.end_of_turn(node.provider) \
+            if listen.kind == Expecting.SPEECH and isinstance(node, LlmNode) else None
         self.listener.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min, listen.digits_max,
-                                         answers=self.dialog.would_answer))
+                                         answers=self.dialog.would_answer, finished=finished))
 
     async def _speak(self) -> None:
         """Carries out actions in order: speaks prompts, then listens, transfers or hangs up."""

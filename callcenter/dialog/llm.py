@@ -21,6 +21,7 @@ the node's allow-lists; the provider never acts on it. Time budgets are the call
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import os
 import re
@@ -90,6 +91,15 @@ class SentenceStream:
 
 
 # ------------------------------------------------------------------ offline
+def rule_slots(request: LlmRequest) -> dict[str, Any]:
+    """The node's slots as the slot rules read them from the caller's words, dates counted from the
+    call's own day (`request.today`). The offline model's slot lines fill only what they miss: it
+    reads dates, times and amounts worse (bench nlu's free-phrasing rows)."""
+    today = dt.date.fromisoformat(request.today[:10]) if request.today else None
+    found = {name: extract(slot.type, request.utterance, today, **slot.spec()) for name, slot in request.slots.items()}
+    return {name: value for name, value in found.items() if value is not None}
+
+
 class LocalTriage:
     def __init__(self, encoder=None):
         if encoder is None:
@@ -116,10 +126,7 @@ class LocalTriage:
     async def reply(self, request: LlmRequest, on_text: TextSink) -> LlmReply:
         out = LlmReply()
         said = request.utterance
-        for name, slot in request.slots.items():
-            value = extract(slot.type, said, **slot.spec())
-            if value is not None:
-                out.slots[name] = value
+        out.slots.update(rule_slots(request))
         if request.choices:
             m = self._matcher(request).match(said)
             if m.intent is not None:

@@ -71,6 +71,15 @@ class FlowServices:
             self.providers[name] = make_provider(self.flow.llm[name])
         return self.providers[name]
 
+    def end_of_turn(self, name: str) -> Callable[[str], bool] | None:
+        """The provider's judge of whether a caller's words read as a finished sentence, if it has one
+        (the offline model's `EndOfTurn`); None when the provider cannot judge or is not set up."""
+        try:
+            return getattr(self.provider(name), "end_of_turn", None)
+        except Exception as exc:  # a provider that cannot be made fails at its first turn, loudly there
+            log.debug("end_of_turn_unavailable", provider=name, error=str(exc))
+            return None
+
     async def fetch(self, action: Fetch, bound_log=log, scrub: Callable[[Any], Any] = lambda x: x) -> Fetched:
         """Make the webhook's request. Redirects are followed only within the same origin (scheme,
         host, port): the flow's secret headers never travel to a host the flow did not name. `scrub`

@@ -11,7 +11,8 @@ Outcomes, in the order they happened within a frame:
 - `Started` (hold the agent's voice if `agent_talking`), `Resume`, `BargeIn` (interrupt),
   `Discarded`: the turn detector's own events;
 - `Pause`: decode this much of the turn, then hand the text to `decoded()`; the same part of a
-  turn is never asked for twice;
+  turn is never asked for twice. Where the expectation has a `finished` judge (a free-speech llm
+  node with the offline model), a pause's text is judged too, and the verdict goes to `judged()`;
 - `Ended`: the caller's turn is over; `covering(turn)` says which decode already in flight covers
   it (None: decode `turn.pcm` now, unless `turn.text` is already known);
 - `Key`: a keypad digit, from the tones in the audio (`frame()`) or from signalling (`key()`).
@@ -87,6 +88,10 @@ class Listener:
     def decoded(self, turn_id: int, key: int, text: str, confidence: float) -> list[Outcome]:
         """The text of a `Pause` decode."""
         return self._new(self.turns.heard(turn_id, key, text, confidence))
+
+    def judged(self, turn_id: int, key: int, finished: bool) -> list[Outcome]:
+        """Whether the text of a `Pause` decode reads as a finished sentence (`Expectation.finished`)."""
+        return self._new(self.turns.judged(turn_id, key, finished))
 
     def key(self, digit: str, source: str, now: float) -> Key | None:
         """A key press; None when it is the same press already heard from the other source."""

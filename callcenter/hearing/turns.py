@@ -61,6 +61,9 @@ class Expectation:
     digits_min: int = 0
     digits_max: int = 0
     answers: Callable[[str], bool] | None = None  # does this text already answer the node?
+    # does this text read as a finished sentence (a semantic end of turn)? Slow (a language model), so
+    # the call judges it off the media path after a pause's decode and reports with `judged()`
+    finished: Callable[[str], bool] | None = None
 
     def complete(self, text: str) -> bool:
         if self.kind == Expecting.DIGITS:
@@ -94,6 +97,7 @@ class TurnConfig:
     max_turn_s: float = 30.0
     pause_ms: float = 96  # silence after which the session decodes what was said so far
     quick_end_ms: float = 300  # silence that ends a turn whose text already answers the node
+    finished_end_ms: float = 300  # ...or, at a node that takes free speech, reads as a finished sentence
     hold_ms: float = 2000  # silence allowed while the text is clearly unfinished
     digits_end_ms: float = 1500  # a digits node's silence (callers pause between digit groups)
     yes_no_end_ms: float = 450
@@ -144,6 +148,8 @@ class Pause:
 class Ended:
     turn: Turn
     silence_ms: float  # how long the caller had been quiet when the turn ended
+    why: str = "silence"  # silence | answer (its text answers the node) | finished (reads as a finished
+    #                       sentence) | unfinished (held longer) | length (max_turn_s)
 
 
 @dataclass
@@ -177,6 +183,7 @@ class _Heard:
     key: int
     text: str
     confidence: float
+    finished: bool = False  # judged a finished sentence (Expectation.finished)
 
 
 class RollingPercentile:
@@ -297,6 +304,13 @@ class TurnDetector:
             return [BargeIn(self._start_t, "speech")]
         return []
 
+    def judged(self, turn_id: int, key: int, finished: bool) -> list[Event]:
+        """`Expectation.finished` on the text that `heard()` got for these frames."""
+        h = self._heard
+        if self.in_speech and turn_id == self.turn_id and h is not None and h.key == key:
+            h.finished = finished
+        return []
+
     def process(self, frame: AudioFrame, at: Moment) -> list[Event]:
         """`frame` is what the turn keeps (and the recognizer hears); the speech decisions are made on
         `at.decide_on` when given (the noise gate's output). `at.echo_floor`: power of the agent's
@@ -368,8 +382,10 @@ class TurnDetector:
             self._paused_decode_key = self._last_voiced
             key = len(self._frames)  # all of it: a soft last sound may sit under the voiced windows
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
-        if self._silence_ms >= self._end_silence_ms() or len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
-            out.append(self._end(t))
+        if len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
+            out.append(self._end(t, "length"))
+        elif self._silence_ms >= self._end_silence_ms():
+            out.append(self._end(t, self._why(self._covering())))
         elif self.candidate and self._silence_ms >= self._end_silence_ms(candidate=True):
             out.append(self._end(t))
         return out
@@ -389,15 +405,22 @@ class TurnDetector:
             # over the agent: a sound followed by a pause is settled once its text is known; the pause
             # must be long enough that a caller's phrase in a noisy line is not cut into pieces
             return cfg.candidate_end_ms if heard is not None else cfg.hold_ms
-        if heard is None:
-            return base
-        if self.expect.complete(heard.text):
-            return min(base, cfg.quick_end_ms)
-        if self.expect.unfinished(heard.text):
-            return max(base, cfg.hold_ms)
-        return base
+        return {"answer": min(base, cfg.quick_end_ms), "unfinished": max(base, cfg.hold_ms),
+                "finished": min(base, cfg.finished_end_ms)}.get(self._why(heard), base)
 
-    def _end(self, t: float) -> Event:
+    def _why(self, heard: _Heard | None) -> str:
+        """What the text that covers the turn says about its end (see `Ended.why`)."""
+        if heard is None:
+            return "silence"
+        if self.expect.complete(heard.text):
+            return "answer"
+        if self.expect.unfinished(heard.text):
+            return "unfinished"
+        if heard.finished and self.expect.kind == Expecting.SPEECH:
+            return "finished"
+        return "silence"
+
+    def _end(self, t: float, why: str = "silence") -> Event:
         cfg = self.config
         frames, voiced, start, heard = self._frames, self._voiced_ms, self._start_t, self._covering()
         turn_id, last_voiced = self.turn_id, self._last_voiced
@@ -415,7 +438,7 @@ class TurnDetector:
         pcm = b"".join(f.pcm for f in frames)
         turn = Turn(pcm, start, t, heard.text if heard else None, heard.confidence if heard else 0.0,
                     over_agent, turn_id, last_voiced, heard.key if heard else 0)
-        return Ended(turn, silence)
+        return Ended(turn, silence, why)
 
     def _discard(self, t: float, reason: str, resume: bool, voiced_ms: float = 0.0) -> Event:
         if resume:

@@ -18,7 +18,7 @@ class AgentProcess:
     def __init__(self, workdir: Path, sip_port: int, rtp_port: int, flow: str | Path = "flows/support.yaml",
                  max_calls: int = 4, recordings: Path | None = None, control_port: int | None = None,
                  token: str | None = None, extra_config: str = "", webrtc_port: int | None = None,
-                 webrtc_max_calls: int = 2):
+                 webrtc_max_calls: int = 2, env: dict[str, str] | None = None):
         import sys
 
         self.dir = Path(workdir)
@@ -42,6 +42,7 @@ class AgentProcess:
         self.log_path = self.dir / "agent.log"
         self.cmd = [sys.executable, "-m", "callcenter.cli", "serve", "--config", str(self.config), "--flow", str(flow)]
         self.proc = None
+        self.env = env or {}  # set in the agent's environment (e.g. CALLCENTER_LLM=off)
 
     def start(self, timeout: float = 90) -> "AgentProcess":
         import subprocess
@@ -49,7 +50,7 @@ class AgentProcess:
 
         import os
 
-        env = dict(os.environ, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
+        env = dict(os.environ, **self.env, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
         # a restart appends to the same log: only this run's lines say it is ready
         started_at = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"), env=env)

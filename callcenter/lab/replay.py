@@ -4,7 +4,8 @@ The same `Listener` a live call runs (echo canceller and noise gate, keypad, tur
 bookkeeping), and the same recognizer, see the caller's line frame by frame. The agent's prompt plays from a queue the way the
 media bridge plays it: held while the caller may be interrupting, resumed after a backchannel,
 dropped on a real barge-in; its echo comes back through an `EchoPath`. Each decode runs for real
-and its result arrives its measured duration later, as on a call with a free core.
+and its result arrives its measured duration later, as on a call with a free core; so does the
+expectation's `finished` judgement of a pause's text, after its decode.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Replayed:
     events: list[tuple[float, object]] = field(default_factory=list)
     finals: list[Final] = field(default_factory=list)
     partials: list[tuple[float, str, float]] = field(default_factory=list)
+    judged: list[tuple[float, str, bool]] = field(default_factory=list)  # (when asked, text, finished)
     agent_stopped_t: float | None = None  # when the agent's voice was first held or dropped
     barge_in_t: float | None = None
     resumed: int = 0
@@ -61,6 +63,7 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
     paused = False
     pending: list[tuple[float, Pause, object]] = []  # decodes in flight: (ready time, request, result)
     arrived: dict[tuple[int, int], float] = {}  # (turn, frames) -> when that decode's text arrived
+    judging: list[tuple[float, Pause, bool]] = []  # Expectation.finished in flight: (ready time, request, verdict)
     ticks = int(np.ceil(len(caller) / FRAME_SAMPLES + tail_s / TICK_S))
     line = np.pad(caller, (0, ticks * FRAME_SAMPLES - len(caller)))
     cpu0 = time.process_time()
@@ -86,6 +89,15 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
             out.partials.append((ready, result.text, round(result.confidence, 2)))
             arrived[(request.turn_id, request.key)] = ready
             events += listener.decoded(request.turn_id, request.key, result.text, result.confidence)
+            finished = listener.expect.finished
+            if finished is not None and not request.partial and result.text.strip() and listener.in_speech:
+                t0 = time.perf_counter()  # as the call does: judged after the decode, for its measured time
+                verdict = finished(result.text)
+                judging.append((ready + time.perf_counter() - t0, request, verdict))
+                out.judged.append((ready, result.text, verdict))
+        for ready, request, verdict in [j for j in judging if j[0] <= t]:
+            judging.remove((ready, request, verdict))
+            events += listener.judged(request.turn_id, request.key, verdict)
         for e in events:
             out.events.append((t, e))
             if isinstance(e, Started) and e.agent_talking:

@@ -134,25 +134,79 @@ def _model_turns(turns: list[dict]) -> dict:
 
 def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: int = 0,
                prompt_cache_mb: int | None = None, stagger_s: float = 0.0,
-               lines: tuple[str, ...] = CALLER_LINES, lead_s: float = 13.0) -> dict:
+               lines: tuple[str, ...] = CALLER_LINES, lead_s: float = 13.0, references: bool = False) -> dict:
     """Runs its own agent (`callcenter serve`) on a free loopback port and calls it with baresip;
     with `workers`, `serve --workers N` behind Kamailio, and the callers dial the balancer.
     `prompt_cache_mb` overrides the agents' prompt cache (0: every call synthesises every sentence).
     `stagger_s`: the first `concurrent` calls start this far apart (0: all at once, so every caller
     speaks at the same instant, a harder burst than callers arriving on their own).
     `lines`: what every caller says, `lead_s` into the call (after the greeting and first prompt),
-    then 11 s apart."""
-    from callcenter.lab.fleet import Fleet
-
+    then 11 s apart. `references`: the same calls again against two agents of the same flow whose
+    llm nodes answer without the offline model: the embedding path alone (`CALLCENTER_LLM=off`) and
+    a remote provider (`kind: openai`) pointed at a loopback stub that answers at once
+    (`lab/llm_stub.py`): the summary's `references` hold their llm-node turns."""
+    if references and workers:
+        raise ValueError("references are measured on one agent (leave out --workers)")
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-"))
     mic = scripted_caller(lines, work, lead_s=lead_s, gap_s=11.0, tail_s=6.0)
+    run = dict(calls=calls, concurrent=concurrent, workers=workers, prompt_cache_mb=prompt_cache_mb,
+               stagger_s=stagger_s, mic=mic)
+    summary, per_call = _measure(work / "main", flow, **run)
+    if references:
+        from callcenter.lab.llm_stub import LlmStub
+
+        summary["references"] = {"embedding": _llm_turns(*_measure(work / "embedding", flow, **run,
+                                                                   env={"CALLCENTER_LLM": "off"}))}
+        with LlmStub() as stub:
+            remote = _remote_flow(Path(flow), work / "remote-flow", stub.url)
+            summary["references"]["remote_stub"] = {**_llm_turns(*_measure(work / "remote", str(remote), **run)),
+                                                    "stub_requests": stub.requests}
+    report = {"benchmark": "call", "summary": summary, "calls": per_call,
+              "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
+                      "endpointing silence (the flow node's end_silence_ms, or less where the turn detector "
+                      "ended the turn early: speech_end's `why`). late = a frame the transport "
+                      "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
+                      "were not answered in time. references: the same calls, llm nodes answered by the "
+                      "embedding path alone, and by a remote-protocol stub that answers at once."}
+    return _write_report(out, report, work)
+
+
+def _remote_flow(flow: Path, folder: Path, base_url: str) -> Path:
+    """A copy of `flow` (and the files beside it, for sub-flows and recorded prompts) whose every llm
+    provider is the OpenAI-compatible stub at `base_url`."""
+    import yaml
+
+    from callcenter.yamlfile import YamlLoader
+
+    shutil.copytree(flow.parent, folder)
+    path = folder / flow.name
+    doc = yaml.load(path.read_text(), Loader=YamlLoader)  # the flows' own reading: "yes" stays a word
+    providers = doc.get("llm") or {}
+    doc["llm"] = {name: {"kind": "openai", "base_url": base_url, "model": "stub"} for name in {"default", *providers}}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _llm_turns(summary: dict, per_call: list[dict]) -> dict:
+    """A reference run's llm-node turns: how they ended and their voice-to-voice."""
+    turns = [t for c in per_call for t in c["turns"] if t.get("via")]
+    return {"llm_paths": summary["llm_paths"], "late_ratio": summary["late_ratio"],
+            **({"llm_turns": {"n": len(turns), "endpoint": _pct([t["endpoint"] for t in turns]),
+                              "voice_to_voice": _pct([t["voice_to_voice"] for t in turns])}} if turns else {})}
+
+
+def _measure(work: Path, flow: str, calls: int, concurrent: int, workers: int, prompt_cache_mb: int | None,
+             stagger_s: float, mic: Path, env: dict[str, str] | None = None) -> tuple[dict, list[dict]]:
+    """One set of calls against a fresh agent: the summary and each call's turns."""
+    from callcenter.lab.fleet import Fleet
+
     extra = f"prompt_cache_mb: {prompt_cache_mb}\n" if prompt_cache_mb is not None else ""
     if workers:
         agent = Fleet(work / "fleet", flow, workers, _free_port(), _free_port(), rtp_port=30000,
                       extra_config=extra).start()
         pids = agent.worker_pids()
     else:
-        agent = AgentProcess(work / "agent", _free_port(), 30000, flow, extra_config=extra).start()
+        agent = AgentProcess(work / "agent", _free_port(), 30000, flow, extra_config=extra, env=env).start()
         pids = [agent.proc.pid]
     if prompt_cache_mb != 0:
         _wait_warmed(agent)
@@ -200,15 +254,11 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
         **_media_summary(every),
         "faults": _faults(every),
         "llm_paths": _llm_paths(every),
+        "turn_ends": dict(Counter(e.get("why", "silence") for e in every if e["kind"] == "speech_end")),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
         **_model_turns(all_turns),
     }
-    report = {"benchmark": "call", "summary": summary, "calls": per_call,
-              "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
-                      "endpointing silence (the flow node's end_silence_ms). late = a frame the transport "
-                      "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
-                      "were not answered in time."}
-    return _write_report(out, report, work)
+    return summary, per_call
 
 
 def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:

@@ -339,6 +339,80 @@ class ModelMatcher:
                 **{f"{k}_ms_p50": round(statistics.median(v) * 1000, 1) for k, v in self.paths.items() if v}}
 
 
+class EndOfTurnScorer:
+    """The semantic end of turn (`local_llm.EndOfTurn`) on what the recognizer makes of recorded
+    sentences: each clean utterance whole, and cut at its quietest 20 ms between 35 % and 75 % of its
+    length (a pause mid-sentence; Whisper writes a full stop after it too). A cut whose words are
+    those of the whole is left out. Scored per set: wholes judged finished (their turn ends after
+    a short pause), cuts judged finished (a caller who pauses that long there is cut off), and the
+    judge's time. Same-run reference: the word rule the turn detector has without the model (a
+    text not ending on "and", "my", "the"... counts as finished)."""
+
+    SETS = {"callers (synthetic, ../shared/eval)": "eval", "prompts (real people, ../shared/eval-real)": "eval-real"}
+
+    def __init__(self, stt=None, judge=None):
+        from callcenter.dialog.local_llm import EndOfTurn
+        from callcenter.hearing.stt import WhisperStt
+
+        self.stt = stt or WhisperStt(workers=1)
+        self.judge = judge or EndOfTurn()
+
+    def texts(self, folder: Path) -> list[tuple[str, str]]:
+        """(whole, cut) readings of each clean utterance."""
+        import numpy as np
+
+        from callcenter.audio.frames import FRAME_SAMPLES
+        from callcenter.audio.wavfile import read_wav
+        from callcenter.lab.bench.hearing import load_manifest
+
+        out = []
+        for item in load_manifest(folder):
+            if item["cond"] != "clean":
+                continue
+            pcm = np.frombuffer(read_wav(folder / item["path"]), "<i2")
+            n = len(pcm) // FRAME_SAMPLES
+            lo, hi = int(n * 0.35), int(n * 0.75)
+            if hi <= lo + 1:
+                continue
+            energy = [float(np.mean(pcm[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES].astype(np.float64) ** 2))
+                      for i in range(lo, hi)]
+            cut = (lo + int(np.argmin(energy))) * FRAME_SAMPLES
+            out.append((self.stt.transcribe_pcm(pcm.tobytes()).text, self.stt.transcribe_pcm(pcm[:cut].tobytes()).text))
+        return out
+
+    def score(self) -> dict:
+        from callcenter.dialog.local_llm import FINISHED_LOGP, EndOfTurn
+        from callcenter.hearing.turns import Expectation
+        from callcenter.lab.bench.hearing import EVAL_DIR
+
+        rule = Expectation()
+        report: dict = {"finished_logp": FINISHED_LOGP}
+        for name, folder in self.SETS.items():
+            pairs = self.texts(EVAL_DIR.parent / folder)
+            wholes = [w for w, _ in pairs]
+            cuts = [c for w, c in pairs if EndOfTurn.words(c) != EndOfTurn.words(w)]
+            seconds: list[float] = []
+
+            def judged(text: str) -> bool:
+                t0 = time.perf_counter()
+                verdict = self.judge(text)
+                seconds.append(time.perf_counter() - t0)
+                return verdict
+
+            model_whole = sum(judged(t) for t in wholes)
+            model_cut = sum(judged(t) for t in cuts)
+            report[name] = {
+                "wholes": len(wholes), "cuts": len(cuts),
+                "model": {"wholes_finished": round(model_whole / len(wholes), 3),
+                          "cuts_finished": round(model_cut / len(cuts), 3),
+                          "judge_ms_p50": round(statistics.median(seconds) * 1000, 1)},
+                "word_rule": {"wholes_finished": round(sum(not rule.unfinished(t) for t in wholes) / len(wholes), 3),
+                              "cuts_finished": round(sum(not rule.unfinished(t) for t in cuts) / len(cuts), 3)},
+                "cut_examples": cuts[:8],
+            }
+        return report
+
+
 def run_nlu_bench(out: Path, model: bool | None = None) -> dict:
     from callcenter.dialog.embed import shared_encoder
 
@@ -366,6 +440,7 @@ def run_nlu_bench(out: Path, model: bool | None = None) -> dict:
         encoder.vector.cache_clear()  # the embedding row above encoded these sentences: time them afresh
         report["hybrid"] = {**score(hybrid), **hybrid.path_summary()}
         report["knowledge"] = KnowledgeScorer().score()
+        report["end_of_turn"] = EndOfTurnScorer().score()
         report["model"] = "Qwen2.5-Coder-1.5B-Instruct, CTranslate2 int8, 2 threads, greedy"
         with_model = True
     else:
