@@ -119,6 +119,18 @@ def test_background_talkers_do_not_interrupt(stt, prompt_audio):
     assert r.barge_in_t is None
 
 
+def test_a_caller_interrupting_over_background_talkers_is_heard(stt, prompt_audio):
+    """Over the agent, in 10 dB babble, the caller stands only a few dB above the line: windows the
+    VAD is sure of count with a smaller margin (`sure_threshold`), so the interruption is caught.
+    The margin alone (`sure_threshold` above 1) misses it."""
+    noise = noise_at(babble(len(prompt_audio) / 8000 + 1, seed=5), 0.07, 10)[:len(prompt_audio)]
+    line = place(noise, caller("I would like to cancel my subscription", "flite:slt"), 1.5)
+    r = replay(stt, line, prompt_audio, echo=EchoPath(), agent_text=PROMPT)
+    assert r.barge_in_t is not None and r.finals and "subscription" in r.finals[-1].text.lower()
+    margin_only = HearingConfig(turns=TurnConfig(sure_threshold=1.01))
+    assert replay(stt, line, prompt_audio, echo=EchoPath(), agent_text=PROMPT, config=margin_only).barge_in_t is None
+
+
 # ---------------------------------------------------------------- turn-taking
 def _digit_groups(pause_s):
     first, second = caller("four seven two"), caller("nine one eight three")

@@ -88,6 +88,8 @@ class TurnConfig:
     onset_threshold: float = 0.3  # ... enough for sound this much further above the floor (silero is slow
     onset_margin_db: float = 6.0  # to rise at the start of speech)
     barge_margin_db: float = 6.0  # over the agent, caller speech must stand this far above the floor
+    sure_threshold: float = 0.8  # ...or, over the agent, a window the VAD is this sure of
+    sure_margin_db: float = 2.0  # ...this far
     floor_margin_db: float = 6.0  # speech must stand this far above the line's noise floor
     floor_window_s: float = 3.0  # the floor: the median level of the non-speech windows this far back
     floor_percentile: float = 50.0
@@ -341,6 +343,14 @@ class TurnDetector:
                 above = max(above, self._peak_db - drop)
             speech = (p >= self.config.threshold and level >= above) or \
                 (p >= self.config.onset_threshold and level >= above + self.config.onset_margin_db)
+            if talking and not speech and p >= self.config.sure_threshold:
+                # over the agent in babble the caller may stand only a few dB above the line: a
+                # window the VAD is sure of needs less margin (the echo canceller's residual and
+                # background talkers rarely make it that sure, bench stt's silent-caller rows)
+                sure = max(self.floor_db, echo_db) + self.config.sure_margin_db
+                if self.in_speech:
+                    sure = max(sure, self._peak_db - self.config.candidate_drop_db)
+                speech = level >= sure
             if speech or not self.in_speech:
                 self._peak_db = max(self._peak_db, level) if self.in_speech else level
             if not speech:
