@@ -105,12 +105,13 @@ def cmd_voice_list(args) -> int:
 
 
 def cmd_stt_build(args) -> int:
-    from callcenter.hearing.whisper_weights import patch_path, telephone_model_dir
+    from callcenter.hearing.whisper_weights import build_telephone_models, patch_path
 
-    out = telephone_model_dir()
-    if out is None:
+    built = build_telephone_models()
+    if not built:
         raise CliError(f"no telephone patch at {patch_path()}: train one with `callcenter stt train`")
-    print(f"telephone-tuned Whisper tiny.en in {out}")
+    for kind, out in zip(("speech", "digits nodes"), built):
+        print(f"telephone-tuned Whisper tiny.en for {kind} in {out}")
     return 0
 
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, apply_patch, save_patch, sha256,
-                                                stock_model_dir)
+from callcenter.hearing.whisper_weights import (DIGITS_MIX, GENERAL_MIX, Ct2Model, WeightsError, apply_patch,
+                                                save_patch, sha256, stock_model_dir, telephone_model_dir)
 
 
 def test_a_model_file_is_written_back_byte_for_byte(tmp_path):
@@ -84,3 +84,53 @@ def test_training_lines_keep_the_speech_and_stay_in_range():
     assert len(pairs) == 200 and all(said and written for said, written in pairs)
     assert any(any(c.isdigit() for c in written) for _, written in pairs)
     assert texts(50, seed=3) == pairs[:50]
+
+
+def test_a_mixed_model_averages_the_patch_with_its_base(tmp_path):
+    stock = stock_model_dir()
+    base = Ct2Model.read(stock / "model.bin")
+    name = "encoder/layer_norm/gamma"
+    changed = base.variables[name].astype(np.float32) * 0.5
+    patch = save_patch({name: changed}, tmp_path / "p.npz", {"step": 1})
+    mixed = Ct2Model.read(apply_patch(stock, patch, tmp_path / "mixed", mix=0.75) / "model.bin")
+    want = (0.75 * changed.astype(np.float16).astype(np.float32) + 0.25 * base.variables[name].astype(np.float32))
+    assert np.array_equal(mixed.variables[name], want.astype(np.float16))
+    with pytest.raises(WeightsError, match="mix"):
+        apply_patch(stock, patch, tmp_path / "bad", mix=1.5)
+
+
+def test_digits_nodes_decode_with_the_trained_encoder_and_speech_with_the_mix():
+    """The default recognizer is two models from the one patch: speech the mix, digits the trained
+    encoder as it is; `--stt-model stock` (or a directory) is one model for both."""
+    from callcenter.hearing.stt import WhisperStt
+
+    assert GENERAL_MIX < DIGITS_MIX == 1.0
+    default = WhisperStt()
+    assert default.model_dir == telephone_model_dir(GENERAL_MIX)
+    assert default.digits_whisper is not default.whisper
+    assert json.loads((telephone_model_dir(DIGITS_MIX) / "patch.json").read_text())["mix"] == 1.0
+    stock = WhisperStt("stock")
+    assert stock.digits_whisper is stock.whisper
+
+    class Counted:  # the digits model, counting its uses
+        def __init__(self, inner):
+            self.inner, self.used = inner, 0
+
+        @property
+        def feature_extractor(self):
+            return self.inner.feature_extractor
+
+        @property
+        def model(self):
+            self.used += 1
+            return self.inner.model
+
+    from callcenter.call.caller import speak
+    from callcenter.hearing.turns import Expectation
+
+    default.digits_whisper = counted = Counted(default.digits_whisper)
+    audio = speak("four seven two nine", "flite:kal")
+    default.transcribe(audio, grammar=Expectation("speech", 700))
+    assert counted.used == 0
+    assert default.transcribe(audio, grammar=Expectation("digits", 700, 4, 4)).text.strip()
+    assert counted.used >= 2  # encoded and decoded by the digits model

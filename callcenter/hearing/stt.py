@@ -123,6 +123,16 @@ def default_model_dir() -> Path:
     return telephone_model_dir() or stock_model_dir()
 
 
+def digits_model_dir(name: str | Path | None) -> Path | None:
+    """The model a digits node decodes with, when it is not the main one: with the default
+    recognizer, the telephone-tuned encoder unmixed (`whisper_weights.DIGITS_MIX`)."""
+    from callcenter.hearing.whisper_weights import DIGITS_MIX, telephone_model_dir
+
+    if name is None or str(name) in ("", TELEPHONE):
+        return telephone_model_dir(DIGITS_MIX)
+    return None
+
+
 def resolve_model_dir(name: str | Path | None) -> Path:
     """`None` or "telephone": the default; "stock": plain tiny.en; anything else: a faster-whisper
     model directory."""
@@ -174,6 +184,8 @@ class WhisperStt:
         self.model_dir = resolve_model_dir(model_dir)
         self.workers = workers  # decodes the model runs at once
         self.whisper = _load(self.model_dir, workers)
+        digits_dir = digits_model_dir(model_dir)
+        self.digits_whisper = _load(digits_dir, workers) if digits_dir is not None else self.whisper
         self.beam_size = beam_size
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
                                    task="transcribe", language="en")
@@ -200,14 +212,16 @@ class WhisperStt:
         scores within `NBEST_MARGIN` of the best reading."""
         t0 = time.perf_counter()
         audio_s = len(audio) / rate
-        encoded, budget = self._encode(audio, rate)
+        digits_node = grammar is not None and grammar.kind == Expecting.DIGITS
+        whisper = self.digits_whisper if digits_node else self.whisper
+        encoded, budget = self._encode(audio, rate, whisper)
         prompt = self._prompt(hint)
-        nbest = NBEST if grammar is not None and grammar.answers is not None and grammar.kind != Expecting.DIGITS else 1
-        readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest)
+        nbest = NBEST if grammar is not None and grammar.answers is not None and not digits_node else 1
+        readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest, whisper)
         text, logprob = readings[0]
-        if grammar is not None and grammar.kind == Expecting.DIGITS and not self._fits(grammar, text) \
+        if digits_node and not self._fits(grammar, text) \
                 and (spoken_digits(text) or logprob < WORDS_LOGPROB):  # not plainly words ("operator")
-            digits, _ = self._generate(encoded, prompt, budget, self._not_digits, 1)
+            digits, _ = self._generate(encoded, prompt, budget, self._not_digits, 1, whisper)
             if self._fits(grammar, digits[0][0]):
                 text, logprob = digits[0]
         elif nbest > 1:
@@ -219,12 +233,14 @@ class WhisperStt:
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
         return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
 
-    def _encode(self, audio: np.ndarray, rate: int):
-        """The encoder's output for `audio`, and the token budget of a reading of it."""
+    def _encode(self, audio: np.ndarray, rate: int, whisper=None):
+        """The encoder's output for `audio` (by `whisper`, default the main model), and the token
+        budget of a reading of it."""
         import ctranslate2
 
-        features = mel_features(self.whisper.feature_extractor, audio, rate)
-        encoded = self.whisper.model.encode(
+        whisper = whisper or self.whisper
+        features = mel_features(whisper.feature_extractor, audio, rate)
+        encoded = whisper.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
             to_cpu=False)
         return encoded, min(MAX_NEW_TOKENS, int(len(audio) / rate * TOKENS_PER_SECOND) + 8)
@@ -235,9 +251,9 @@ class WhisperStt:
         n = len(spoken_digits(text))
         return max(1, grammar.digits_min) <= n <= (grammar.digits_max or n)
 
-    def _generate(self, encoded, prompt: list[int], budget: int, suppress, nbest: int):
+    def _generate(self, encoded, prompt: list[int], budget: int, suppress, nbest: int, whisper=None):
         """[(text, mean log-probability per token)] best first, and the no-speech probability."""
-        result = self.whisper.model.generate(
+        result = (whisper or self.whisper).model.generate(
             encoded, [prompt], beam_size=max(self.beam_size, nbest), num_hypotheses=nbest,
             max_length=len(prompt) + budget, return_scores=True, return_no_speech_prob=True,
             suppress_blank=True, suppress_tokens=list(suppress))[0]
