@@ -17,12 +17,19 @@ def test_a_model_file_is_written_back_byte_for_byte(tmp_path):
     assert sha256(tmp_path / "model.bin") == sha256(stock)
 
 
-def test_a_patch_changes_its_tensors_and_only_applies_to_its_base(tmp_path):
+def _halved_patch(tmp_path):
+    """A patch that halves one encoder tensor of the stock model: (stock dir, stock model, the
+    tensor's name, its new value, the patch file)."""
     stock = stock_model_dir()
     base = Ct2Model.read(stock / "model.bin")
     name = "encoder/layer_norm/gamma"
     changed = base.variables[name].astype(np.float32) * 0.5
     patch = save_patch({name: changed}, tmp_path / "p.npz", {"step": 1})
+    return stock, base, name, changed, patch
+
+
+def test_a_patch_changes_its_tensors_and_only_applies_to_its_base(tmp_path):
+    stock, base, name, changed, patch = _halved_patch(tmp_path)
     out = apply_patch(stock, patch, tmp_path / "tuned")
     tuned = Ct2Model.read(out / "model.bin")
     assert np.array_equal(tuned.variables[name], changed.astype(np.float16))
@@ -87,11 +94,7 @@ def test_training_lines_keep_the_speech_and_stay_in_range():
 
 
 def test_a_mixed_model_averages_the_patch_with_its_base(tmp_path):
-    stock = stock_model_dir()
-    base = Ct2Model.read(stock / "model.bin")
-    name = "encoder/layer_norm/gamma"
-    changed = base.variables[name].astype(np.float32) * 0.5
-    patch = save_patch({name: changed}, tmp_path / "p.npz", {"step": 1})
+    stock, base, name, changed, patch = _halved_patch(tmp_path)
     mixed = Ct2Model.read(apply_patch(stock, patch, tmp_path / "mixed", mix=0.75) / "model.bin")
     want = (0.75 * changed.astype(np.float16).astype(np.float32) + 0.25 * base.variables[name].astype(np.float32))
     assert np.array_equal(mixed.variables[name], want.astype(np.float16))

@@ -61,8 +61,8 @@ THREADS = 2
 # semantic end of turn: the caller's words, as a chat message, read as finished when the model gives
 # the next token being a sentence end or the message's end at least this log-probability. Whisper
 # writes a full stop after audio cut off mid-sentence too, so the words are judged without their
-# punctuation. Chosen on callers' sentences cut at a pause (`bench turns`): finished ones ~73 % at or
-# above it, cut ones ~7 %
+# punctuation. Chosen on callers' sentences cut at a pause (`bench nlu`'s end_of_turn row): finished
+# ones ~73 % at or above it, cut ones ~7 %
 FINISHED_LOGP = -2.5
 END_TOKENS = (".", "?", "!", ".\u010a", "?\u010a", "!\u010a", ".\u010a\u010a", "?\u010a\u010a", "<|im_end|>", "<|endoftext|>")
 END_OF_TURN_WORDS = 48  # only the last this many words are judged (a bounded cost)

@@ -123,12 +123,16 @@ def default_model_dir() -> Path:
     return telephone_model_dir() or stock_model_dir()
 
 
+def _is_default(name: str | Path | None) -> bool:
+    return name is None or str(name) in ("", TELEPHONE)
+
+
 def digits_model_dir(name: str | Path | None) -> Path | None:
     """The model a digits node decodes with, when it is not the main one: with the default
     recognizer, the telephone-tuned encoder unmixed (`whisper_weights.DIGITS_MIX`)."""
     from callcenter.hearing.whisper_weights import DIGITS_MIX, telephone_model_dir
 
-    if name is None or str(name) in ("", TELEPHONE):
+    if _is_default(name):
         return telephone_model_dir(DIGITS_MIX)
     return None
 
@@ -138,7 +142,7 @@ def resolve_model_dir(name: str | Path | None) -> Path:
     model directory."""
     from callcenter.hearing.whisper_weights import stock_model_dir
 
-    if name is None or str(name) in ("", TELEPHONE):
+    if _is_default(name):
         return default_model_dir()
     if str(name) == STOCK:
         return stock_model_dir()

@@ -394,9 +394,11 @@ class TurnDetector:
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
         if len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
             out.append(self._end(t, "length"))
-        elif self._silence_ms >= self._end_silence_ms():
-            out.append(self._end(t, self._why(self._covering())))
-        elif self.candidate and self._silence_ms >= self._end_silence_ms(candidate=True):
+            return out
+        why = self._why(self._covering())
+        if self._silence_ms >= self._end_silence_ms(why):
+            out.append(self._end(t, why))
+        elif self.candidate and self._silence_ms >= self._candidate_end_ms():
             out.append(self._end(t))
         return out
 
@@ -405,18 +407,19 @@ class TurnDetector:
         h = self._heard
         return h if h is not None and h.key >= self._last_voiced else None
 
-    def _end_silence_ms(self, candidate: bool = False) -> float:
+    def _end_silence_ms(self, why: str) -> float:
+        """The silence that ends the turn, given what its text says (`_why`)."""
         cfg = self.config
         base = {Expecting.DIGITS: max(self.expect.end_silence_ms, cfg.digits_end_ms),
                 Expecting.YES_NO: min(self.expect.end_silence_ms, cfg.yes_no_end_ms)}.get(self.expect.kind,
                                                                                self.expect.end_silence_ms)
-        heard = self._covering()
-        if candidate:
-            # over the agent: a sound followed by a pause is settled once its text is known; the pause
-            # must be long enough that a caller's phrase in a noisy line is not cut into pieces
-            return cfg.candidate_end_ms if heard is not None else cfg.hold_ms
         return {"answer": min(base, cfg.quick_end_ms), "unfinished": max(base, cfg.hold_ms),
-                "finished": min(base, cfg.finished_end_ms)}.get(self._why(heard), base)
+                "finished": min(base, cfg.finished_end_ms)}.get(why, base)
+
+    def _candidate_end_ms(self) -> float:
+        """Over the agent: a sound followed by a pause is settled once its text is known; the pause
+        must be long enough that a caller's phrase in a noisy line is not cut into pieces."""
+        return self.config.candidate_end_ms if self._covering() is not None else self.config.hold_ms
 
     def _why(self, heard: _Heard | None) -> str:
         """What the text that covers the turn says about its end (see `Ended.why`)."""
