@@ -32,24 +32,28 @@ def test_recurrent_numpy_decoder_equals_the_parallel_torch_decoder(tmp_path):
     assert recurrent.shape == parallel.shape and np.allclose(recurrent, parallel, atol=2e-3)
 
 
-def test_longer_later_steps_compute_what_eight_frame_steps_compute(tmp_path):
-    """The decoder's first step is FRAMES_PER_STEP frames (first audio) and every later one
-    FRAMES_PER_LATER_STEP: the same recurrence, so the same outputs as eight-frame steps throughout,
-    across a step boundary that does not fall on a multiple of either."""
-    from callcenter.voice.runtime import FRAMES_PER_LATER_STEP, FRAMES_PER_STEP, Recurrence, scan_fn
+def test_growing_steps_compute_what_eight_frame_steps_compute(tmp_path):
+    """The decoder's first step is FRAMES_PER_FIRST_STEP frames (first audio) and later ones grow
+    (SECOND_STEP_FRAMES, then STEP_GROWTH times the last, to MAX_STEP_FRAMES), each scanned in
+    chunks: the same recurrence, so the same outputs as eight-frame steps throughout, across step
+    boundaries and a last step that is not a whole number of chunks."""
+    from callcenter.voice.runtime import (MAX_STEP_FRAMES, SECOND_STEP_FRAMES, STEP_GROWTH, Recurrence,
+                                          scan_fn)
+    from callcenter.voice.sf_runtime import FRAMES_PER_FIRST_STEP
 
     torch.manual_seed(1)
     path = tmp_path / "sf.npz"
     export_sf_voice(path, SfVoiceModel(SfConfig(dim=32, encoder_layers=2, decoder_layers=2, state=8)).eval())
     voice = SfVoice(path)
-    cond = np.random.default_rng(0).standard_normal((FRAMES_PER_STEP + 2 * FRAMES_PER_LATER_STEP + 5, 32))
-    cond = cond.astype(np.float32)
-    mixed = list(voice.frames(cond))
-    assert [len(o) for o in mixed] == [FRAMES_PER_STEP, FRAMES_PER_LATER_STEP, FRAMES_PER_LATER_STEP, 5]
+    third = min(MAX_STEP_FRAMES, STEP_GROWTH * SECOND_STEP_FRAMES)
+    steps = [FRAMES_PER_FIRST_STEP, SECOND_STEP_FRAMES, third, MAX_STEP_FRAMES, 37]
+    cond = np.random.default_rng(0).standard_normal((sum(steps), 32)).astype(np.float32)
+    grown = list(voice.frames(cond))
+    assert [len(o) for o in grown] == steps
     eights = Recurrence(voice.blocks, [scan_fn(b, 8) for b in voice.blocks], voice._dec_w, voice._dec_b,
                         voice._head_w, voice._head_b)
     same = np.concatenate([out for _, out in eights.run(cond)])
-    assert np.allclose(np.concatenate(mixed), same, atol=1e-4)
+    assert np.allclose(np.concatenate(grown), same, atol=1e-4)
 
 
 def test_streamed_source_filter_equals_the_whole_utterance():

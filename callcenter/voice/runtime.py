@@ -23,10 +23,15 @@ from callcenter.voice.spectrum import CONV_TAPS, DELAY, HOP, LOG_MAG_MAX, N_BINS
 VOICES_FILE = Path(__file__).parent / "weights" / "ssm-voices.npz"
 LN_EPS = 1e-5
 FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product per block covers 8 frames
-# after the first step the source-filter voices take longer steps: the same arithmetic per frame in
-# fewer, larger products (bench tts: ssm:heart's real-time factor 0.0127 -> 0.0079 on one thread;
-# first audio still comes after one 8-frame step)
-FRAMES_PER_LATER_STEP = 32
+# The source-filter voices' steps after their first (`sf_runtime.FRAMES_PER_FIRST_STEP`) grow: the
+# second covers SECOND_STEP_FRAMES, each later one STEP_GROWTH times the last, up to MAX_STEP_FRAMES.
+# A step's cost per frame falls with its length (the scan does a step's chunks of SCAN_CHUNK_FRAMES
+# in the same few products), and the audio made runs further ahead of the audio played with each
+# step. bench tts: ssm:heart's real-time factor 0.0079 with 32-frame steps -> see README.
+SCAN_CHUNK_FRAMES = 32
+SECOND_STEP_FRAMES = 128
+STEP_GROWTH = 4
+MAX_STEP_FRAMES = 512
 
 
 class VoiceFileError(CallcenterError, RuntimeError):
@@ -62,10 +67,12 @@ def _conv_same(x, w, b):
 
 @dataclass
 class _Block:
-    in_w: np.ndarray      # (D, 2E): x @ w, the block's layer norm folded in
-    in_b: np.ndarray
-    conv_w: np.ndarray    # (taps, E)
-    conv_b: np.ndarray
+    """One gated SSM block, laid out channels-first for the recurrence: a step's E channels are
+    rows of (E, K) arrays, so each channel's frames lie together for the scan."""
+    in_w: np.ndarray      # (2E, D): w @ x.T, the block's layer norm folded in
+    in_b: np.ndarray      # (2E, 1)
+    conv_w: np.ndarray    # (taps, E, 1)
+    conv_b: np.ndarray    # (E, 1)
     a_bar: np.ndarray     # (E, N) complex
     cb: np.ndarray        # (E, N) complex
     d: np.ndarray
@@ -82,39 +89,48 @@ def load_block(p: dict, prefix: str) -> _Block:
     a_bar = np.exp(a * dt)
     c = g("ssm.c").astype(np.float64)
     cb = (c[..., 0] + 1j * c[..., 1]) * (a_bar - 1) / a
-    in_w = g("in_proj.weight").T * g("norm.weight")[:, None]          # layer norm's affine folded in
+    in_w = g("in_proj.weight") * g("norm.weight")[None, :]          # layer norm's affine folded in
     in_b = g("norm.bias") @ g("in_proj.weight").T + g("in_proj.bias")
-    return _Block(in_w.astype(np.float32), in_b.astype(np.float32),
-                  g("conv.weight")[:, 0, :].T.copy(), g("conv.bias"), a_bar.astype(np.complex64),
-                  cb.astype(np.complex64), g("ssm.d"), g("out_proj.weight").T.copy(), g("out_proj.bias"))
+    return _Block(in_w.astype(np.float32), in_b.astype(np.float32)[:, None],
+                  np.ascontiguousarray(g("conv.weight")[:, 0, :].T[..., None]), g("conv.bias")[:, None],
+                  a_bar.astype(np.complex64), cb.astype(np.complex64), g("ssm.d"),
+                  g("out_proj.weight").T.copy(), g("out_proj.bias"))
 
 
 def scan_fn(b: _Block, k: int):
-    """The SSM over a chunk of k steps from a carried state, in closed form:
-    y_i = sum_{j<=i} kernel[i-j] u_j + D u_i + 2 Re(sum_n C_n A_n^(i+1) s_n),
-    s' = A^k s + sum_j A^(k-1-j) u_j.
-    Complex products are laid out as real batched matrix products (one per channel), the
-    state kept as complex64 and viewed as interleaved (re, im) floats."""
+    """The SSM over a step of any multiple of k frames from a carried state, in closed form per
+    chunk of k: y_i = sum_{j<=i} kernel[i-j] u_j + D u_i + 2 Re(sum_n C_n A_n^(i+1) s_n), and the
+    state at the next chunk s' = A^k s + sum_j A^(k-1-j) u_j.
+    Complex products are laid out as real batched matrix products (one per channel) whose rows are
+    the step's chunks, so a long step costs two products, not two per chunk; the states at the
+    chunks' starts are passed along elementwise. The state is complex64, viewed as interleaved
+    (re, im) floats."""
     e, n = b.a_bar.shape
     powers = b.a_bar[..., None].astype(np.complex128) ** np.arange(k + 1)    # (E, N, k+1)
     kernel = 2 * np.einsum("en,enl->el", b.cb, powers[..., :k]).real         # (E, k)
-    lag = np.arange(k)[:, None] - np.arange(k)[None, :]
-    toeplitz = np.where(lag >= 0, kernel[:, np.clip(lag, 0, None)], 0)       # (E, i, j)
-    toeplitz = (toeplitz + np.eye(k) * b.d[:, None, None]).astype(np.float32)
-    f = 2 * b.cb[:, None, :] * powers[..., 1:].transpose(0, 2, 1)             # (E, k, N)
-    from_state = np.stack([f.real, -f.imag], axis=-1).reshape(e, k, 2 * n).astype(np.float32)
-    g = powers[..., k - 1::-1][..., :k]                                        # (E, N, j): A^(k-1-j)
-    into_state = np.stack([g.real, g.imag], axis=2).reshape(e, 2 * n, k).astype(np.float32)
+    lag = np.arange(k)[None, :] - np.arange(k)[:, None]                       # output i minus input j
+    toeplitz = np.where(lag >= 0, kernel[:, np.clip(lag, 0, None)], 0)       # (E, j, i)
+    toeplitz = toeplitz + np.eye(k) * b.d[:, None, None]
+    f = 2 * b.cb[:, :, None] * powers[..., 1:]                                # (E, N, i): 2 C A^(i+1)
+    from_state = np.stack([f.real, -f.imag], axis=2).reshape(e, 2 * n, k)     # (E, 2N, i)
+    g = powers[..., k - 1::-1][..., :k].transpose(0, 2, 1)                     # (E, j, N): A^(k-1-j)
+    into_state = np.stack([g.real, g.imag], axis=-1).reshape(e, k, 2 * n)     # (E, j, 2N)
+    into_state = into_state.astype(np.float32)
     a_k = powers[..., k].astype(np.complex64)
-    # [u; s] -> y in one batched product per channel; the state update as A^k s + into u
-    to_output = np.concatenate([toeplitz, from_state], axis=2)                # (E, k, k + 2N)
+    # [u, s] -> y in one batched product per channel
+    to_output = np.concatenate([toeplitz, from_state], axis=1).astype(np.float32)  # (E, k + 2N, k)
 
     def scan(u: np.ndarray, s: np.ndarray):
-        ut = np.ascontiguousarray(u.T)                                         # (E, k)
-        v = np.concatenate([ut, s.view(np.float32)], axis=1)[..., None]        # (E, k + 2N, 1)
-        y = np.matmul(to_output, v)[..., 0]
-        s = a_k * s + np.matmul(into_state, ut[..., None])[..., 0].view(np.complex64)
-        return y.T, s
+        """u: (E, L) with L a multiple of k; s: (E, N) complex64 → y (E, L), the state after."""
+        chunks = u.shape[1] // k
+        rows = u.reshape(e, chunks, k)
+        gained = np.matmul(rows, into_state).view(np.complex64)                # (E, chunks, N)
+        starts = np.empty((e, chunks + 1, n), np.complex64)                    # the state at each chunk's start
+        starts[:, 0] = s
+        for c in range(chunks):
+            starts[:, c + 1] = a_k * starts[:, c] + gained[:, c]
+        v = np.concatenate([rows, starts[:, :chunks].view(np.float32)], axis=2)  # (E, chunks, k + 2N)
+        return np.matmul(v, to_output).reshape(e, -1), starts[:, chunks]
 
     scan.k = k
     return scan
@@ -157,35 +173,40 @@ class Recurrence:
     carries every block's convolution window and SSM state to the next."""
 
     def __init__(self, blocks: list[_Block], scans: list, dec_w, dec_b, head_w, head_b, later: list | None = None):
-        """`scans` for the first step; `later` (scans of another step size) for every step after it."""
-        self.blocks, self.scans, self.later = blocks, scans, later or scans
+        """`scans` for the first step (and every step, without `later`); `later`, scans whose
+        chunk is SCAN_CHUNK_FRAMES, for the growing steps after it."""
+        self.blocks, self.scans, self.later = blocks, scans, later
         self.dec_w, self.dec_b, self.head_w, self.head_b = dec_w, dec_b, head_w, head_b
 
     def run(self, cond: np.ndarray, cancelled=lambda: False):
-        """(frames in this step, their outputs) per step of K frames (the scans' step)."""
-        conv = [np.zeros((CONV_TAPS - 1, b.conv_w.shape[1]), np.float32) for b in self.blocks]
+        """(frames in this step, their outputs) per step."""
+        conv = [np.zeros((b.conv_w.shape[1], CONV_TAPS - 1), np.float32) for b in self.blocks]
         state = [np.zeros(b.a_bar.shape, np.complex64) for b in self.blocks]
-        t0, scans = 0, self.scans
+        t0, scans, step = 0, self.scans, self.scans[0].k
         while t0 < len(cond):
             if cancelled():
                 return
-            k_step = scans[0].k
-            real = min(k_step, len(cond) - t0)
+            real = min(step, len(cond) - t0)
+            k_step = -(-real // scans[0].k) * scans[0].k                         # whole chunks
             x = np.zeros((k_step, cond.shape[1]), np.float32)
             x[:real] = cond[t0:t0 + real]
-            x = x @ self.dec_w + self.dec_b
+            x = x @ self.dec_w + self.dec_b                                      # (K, D), frames as rows
             for k, (b, scan) in enumerate(zip(self.blocks, scans)):
-                h = _normalize(x) @ b.in_w + b.in_b
-                e = h.shape[1] // 2
-                window = np.concatenate([conv[k], h[:, :e]])                  # (taps-1+K, E)
-                conv[k] = window[k_step:]
-                u = b.conv_b + window[:k_step] * b.conv_w[0]
+                h = b.in_w @ _normalize(x).T + b.in_b                             # (2E, K), channels as rows
+                e = len(h) // 2
+                window = np.concatenate([conv[k], h[:e]], axis=1)               # (E, taps-1+K)
+                conv[k] = window[:, k_step:]
+                u = b.conv_b + window[:, :k_step] * b.conv_w[0]
                 for j in range(1, CONV_TAPS):
-                    u = u + window[j:j + k_step] * b.conv_w[j]
+                    u += window[:, j:j + k_step] * b.conv_w[j]
                 y, state[k] = scan(_silu(u), state[k])
-                x = x + (y * _silu(h[:, e:])) @ b.out_w + b.out_b
+                x = x + (y * _silu(h[e:])).T @ b.out_w + b.out_b
             yield real, (_normalize(x) @ self.head_w + self.head_b)[:real]
-            t0, scans = t0 + k_step, self.later
+            t0 += real
+            if self.later is not None:
+                # later steps grow, so the audio made stays further ahead of the audio played
+                step = SECOND_STEP_FRAMES if scans is self.scans else min(MAX_STEP_FRAMES, STEP_GROWTH * step)
+                scans = self.later
 
 
 class SsmVoices:

@@ -74,9 +74,9 @@ def pulse_samples(f: np.ndarray, phase: float = 0.0) -> tuple[np.ndarray, float]
         return np.zeros(0, np.float32), phase
     voiced = f > F0_MIN
     f = np.maximum(f, F0_MIN)
-    cycles = phase + np.cumsum(f) / SAMPLE_RATE
-    t = (cycles % 1.0) * 2 * np.pi
-    harmonics = np.floor(F_MAX / f) + 0.5
+    cycles = phase + np.cumsum(f) / SAMPLE_RATE  # double precision: the phase runs for seconds
+    t = ((cycles % 1.0) * 2 * np.pi).astype(np.float32)  # within a cycle single precision is plenty
+    harmonics = (np.floor(F_MAX / f) + 0.5).astype(np.float32)
     s = 2 * np.sin(t * 0.5)
     near = np.abs(s) <= 2e-3
     s[near] = 1
