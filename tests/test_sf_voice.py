@@ -60,8 +60,11 @@ def test_streamed_source_filter_equals_the_whole_utterance():
     frames = 60
     f0 = np.concatenate([np.linspace(120, 180, 30), np.zeros(5), np.linspace(150, 110, 25)])
     coefs = np.zeros((frames, 3, sf.N_COEF), np.float32)
-    coefs[:, 0, 0] = -2 * np.sqrt(sf.N_BINS)  # a flat harmonic envelope; no noise, no free phase
-    coefs[:, 1:, 0] = -40 * np.sqrt(sf.N_BINS)
+    coefs[:, 0, 0] = -2 * np.sqrt(sf.N_BINS)  # a flat harmonic envelope; no noise
+    coefs[:, 1, 0] = -40 * np.sqrt(sf.N_BINS)
+    # the free-phase part where voiced (it takes the pulse train's phase there, so it is not random),
+    # none where unvoiced (random phase)
+    coefs[:, 2, 0] = np.where(f0 > 0, -3, -40) * np.sqrt(sf.N_BINS)
     whole = sf.synthesize(coefs, f0)
     stream = SourceFilterStream()
     parts = []

@@ -38,8 +38,8 @@ PHASORS = np.exp(2j * np.pi * (np.arange(DRAW_TABLE) + 0.5) / DRAW_TABLE).astype
 
 class SourceFilterStream:
     """F0 and envelopes in, 8 kHz samples out, a step at a time: the pulse train continues its
-    phase across steps, noise and free phase are drawn once per frame, and the overlap-add keeps
-    the tail of windows still open. Each step's frames are done together (one matrix product for
+    phase across steps, noise (and, in unvoiced frames, free phase) is drawn once per frame, and
+    the overlap-add keeps the tail of windows still open. Each step's frames are done together (one matrix product for
     the envelopes, one FFT pair for the windows)."""
 
     def __init__(self, seed: int = 0):
@@ -47,6 +47,7 @@ class SourceFilterStream:
         self.f0 = np.zeros(0, np.float64)
         self.unharmonic = np.zeros((0, sf.N_BINS), np.complex64)  # per frame: noise and free-phase parts
         self.envelope = np.zeros((0, sf.N_BINS), np.float32)  # per frame: exp(lh)
+        self.locked = np.zeros((0, sf.N_BINS), np.float32)  # per frame: exp(lr) where voiced (sf.spectra)
         self.pulse = np.zeros(sf.N_FFT // 2, np.float32)  # the pulse train from sample -N_FFT/2 on
         self.pulse_start = -(sf.N_FFT // 2)  # the sample self.pulse[0] is
         self.pulsed = 0  # frames whose pulse samples are made
@@ -62,8 +63,10 @@ class SourceFilterStream:
         logs = coefs.reshape(k * 3, sf.N_COEF) @ sf.BASIS
         mags = np.exp(np.minimum(logs, sf.LOG_MAG_MAX, out=logs), out=logs).reshape(k, 3, sf.N_BINS)
         draws = self.rng.integers(0, DRAW_TABLE, (2, k, sf.N_BINS), dtype=np.uint16)
-        unharmonic = GAUSSIAN[draws[0]] * mags[:, 1] + PHASORS[draws[1]] * mags[:, 2]
+        voiced = (np.asarray(f0) > sf.F0_MIN)[:, None]
+        unharmonic = GAUSSIAN[draws[0]] * mags[:, 1] + np.where(voiced, 0, PHASORS[draws[1]] * mags[:, 2])
         self.unharmonic = np.concatenate([self.unharmonic, unharmonic])
+        self.locked = np.concatenate([self.locked, np.where(voiced, mags[:, 2], 0).astype(np.float32)])
         self.envelope = np.concatenate([self.envelope, mags[:, 0]])
         self.f0 = np.concatenate([self.f0, np.asarray(f0, np.float64)])
 
@@ -96,7 +99,9 @@ class SourceFilterStream:
             windows = np.lib.stride_tricks.as_strided(
                 self.pulse[first:], (count, sf.N_FFT), (sf.HOP * self.pulse.itemsize, self.pulse.itemsize))
             rows = slice(self.done - self.first, ready - self.first)
-            spec = np.fft.rfft(windows * sf.WIN_SRC, axis=1) * self.envelope[rows] + self.unharmonic[rows]
+            pulses = np.fft.rfft(windows * sf.WIN_SRC, axis=1)
+            spec = pulses * (self.envelope[rows] + self.locked[rows] / np.maximum(np.abs(pulses), 1e-9)) \
+                + self.unharmonic[rows]
             pieces = (np.fft.irfft(spec, sf.N_FFT, axis=1).astype(np.float32) * sf.WIN).reshape(count, OVERLAP, sf.HOP)
             base = self.emitted - sf.N_FFT // 2  # the sample ola[0] is (a multiple of HOP)
             off = self.done * sf.HOP - sf.N_FFT // 2 - base
@@ -121,6 +126,7 @@ class SourceFilterStream:
         if keep_from > self.first:
             cut = keep_from - self.first
             self.f0, self.unharmonic, self.envelope = self.f0[cut:], self.unharmonic[cut:], self.envelope[cut:]
+            self.locked = self.locked[cut:]
             self.first = keep_from
         drop = (self.done * sf.HOP - sf.N_FFT // 2) - self.pulse_start
         if drop > 0:
