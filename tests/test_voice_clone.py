@@ -124,6 +124,7 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     assert (voices / "sf-kal.npz").exists() and (voices / "sf-kal.npz").stat().st_size < 5e6
     meta = json.loads(str(np.load(voices / "sf-kal.npz")["__meta__"]))
     assert meta["base"] == "ssm:heart" and meta["steps"] == 500
+    assert meta["free_phase"] == "random"  # rendered as its fit assumed (source_filter.RANDOM)
 
     assert "ssm:kal" in cc("voice", "list", env=env).stdout
     flow = tmp_path / "flow.yaml"

@@ -350,7 +350,7 @@ def analyse(clip: Clip, g2p, teacher) -> Utterance:
             u = teacher.from_ids(phrase)
             ids += phrase
             t_dur.append(u.durations)
-            t_audio.append(sf.synthesize(u.coefs, u.f0))
+            t_audio.append(sf.synthesize(u.coefs, u.f0, free_phase=sf.RANDOM))  # as the analysis was tuned
     if not ids:
         raise CloneError(f"{clip.name}: the transcript has nothing to say")
     t_dur = np.concatenate(t_dur)
@@ -569,8 +569,9 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
     from callcenter.voice.sf_runtime import export_sf_voice
 
     out.parent.mkdir(parents=True, exist_ok=True)
+    # the fit's power model takes the free-phase part as random-phased, so the clone is rendered so
     export_sf_voice(out, adapter.model, {**info, "steps": adapter.step, "kind": "source-filter",
-                                         "speed": round(adapter.tempo, 3)})
+                                         "speed": round(adapter.tempo, 3), "free_phase": sf.RANDOM})
     return out
 
 

@@ -42,8 +42,11 @@ class SourceFilterStream:
     the overlap-add keeps the tail of windows still open. Each step's frames are done together (one matrix product for
     the envelopes, one FFT pair for the windows)."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, free_phase: str = sf.LOCKED):
+        """`free_phase`: how voiced frames phase the free-phase part (`source_filter`): LOCKED to
+        the pulse train, or RANDOM (as a cloned voice's fit assumes)."""
         self.rng = np.random.default_rng(seed)
+        self.lock = free_phase == sf.LOCKED
         self.f0 = np.zeros(0, np.float64)
         self.unharmonic = np.zeros((0, sf.N_BINS), np.complex64)  # per frame: noise and free-phase parts
         self.envelope = np.zeros((0, sf.N_BINS), np.float32)  # per frame: exp(lh)
@@ -63,7 +66,7 @@ class SourceFilterStream:
         logs = coefs.reshape(k * 3, sf.N_COEF) @ sf.BASIS
         mags = np.exp(np.minimum(logs, sf.LOG_MAG_MAX, out=logs), out=logs).reshape(k, 3, sf.N_BINS)
         draws = self.rng.integers(0, DRAW_TABLE, (2, k, sf.N_BINS), dtype=np.uint16)
-        voiced = (np.asarray(f0) > sf.F0_MIN)[:, None]
+        voiced = (np.asarray(f0) > sf.F0_MIN)[:, None] & self.lock
         unharmonic = GAUSSIAN[draws[0]] * mags[:, 1] + np.where(voiced, 0, PHASORS[draws[1]] * mags[:, 2])
         self.unharmonic = np.concatenate([self.unharmonic, unharmonic])
         self.locked = np.concatenate([self.locked, np.where(voiced, mags[:, 2], 0).astype(np.float32)])
@@ -196,7 +199,7 @@ class SfVoice:
     def stream(self, cond: np.ndarray, cancelled=lambda: False, seed: int = 0,
                pitch: float = 0.0) -> Iterator[np.ndarray]:
         """8 kHz float samples, a step's worth at a time; `pitch` shifts F0 in semitones."""
-        dsp = SourceFilterStream(seed)
+        dsp = SourceFilterStream(seed, self.meta.get("free_phase", sf.LOCKED))
         shift = 2.0 ** (pitch / 12)
         for out in self.frames(cond, cancelled):
             f0 = np.where(out[:, 1] > 0, np.exp(out[:, 0] + LOG_F0_MEAN) * shift, 0.0)

@@ -40,6 +40,9 @@ F0_MIN = 40.0  # Hz: below this a frame is unvoiced
 F_MAX = 3900.0  # the pulse train's highest harmonic
 LOG_MAG_MAX = 7.0
 TEACHER_GAIN = 1 / 3  # hibari's parameters are for a 1200-point inverse FFT: a third of the level here
+# how voiced frames phase the free-phase part (below): the pulse train's own phase, or random (a
+# cloned voice: its spectral fit assumes a random phase; its file says so, meta "free_phase")
+LOCKED, RANDOM = "locked", "random"
 WIN = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).astype(np.float32)  # periodic Hann
 WIN_SRC = WIN / (N_FFT / 4)  # a unit cosine then has magnitude 1 in the STFT
 
@@ -104,7 +107,7 @@ def frame_spectra(excitation: np.ndarray, frames: int) -> np.ndarray:
     return np.fft.rfft(windows, axis=1).T.astype(np.complex64)
 
 
-def spectra(coefs: np.ndarray, f0: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def spectra(coefs: np.ndarray, f0: np.ndarray, rng: np.random.Generator, free_phase: str = LOCKED) -> np.ndarray:
     """(F, 3, N_COEF) envelopes and (F,) F0 → (N_BINS, F) complex spectra of the whole utterance."""
     frames = len(f0)
     lh, ln, lr = (np.minimum(from_coefs(coefs[:, i]), LOG_MAG_MAX) for i in range(3))
@@ -114,7 +117,7 @@ def spectra(coefs: np.ndarray, f0: np.ndarray, rng: np.random.Generator) -> np.n
     spec += noise * np.exp(ln)
     phase = rng.uniform(-np.pi, np.pi, (N_BINS, frames)).astype(np.float32)
     free = np.cos(phase) + 1j * np.sin(phase)
-    voiced = (np.asarray(f0) > F0_MIN)[None, :]
+    voiced = (np.asarray(f0) > F0_MIN)[None, :] & (free_phase == LOCKED)
     spec += np.exp(lr) * np.where(voiced, pulse / np.maximum(np.abs(pulse), 1e-9), free)
     return spec
 
@@ -136,6 +139,6 @@ def overlap_add(spec: np.ndarray) -> np.ndarray:
     return out.reshape(-1)[half: half + frames * HOP]
 
 
-def synthesize(coefs: np.ndarray, f0: np.ndarray, seed: int = 0) -> np.ndarray:
+def synthesize(coefs: np.ndarray, f0: np.ndarray, seed: int = 0, free_phase: str = LOCKED) -> np.ndarray:
     """Envelopes and F0 of a whole utterance → 8 kHz float samples."""
-    return overlap_add(spectra(coefs, f0, np.random.default_rng(seed))) * TEACHER_GAIN
+    return overlap_add(spectra(coefs, f0, np.random.default_rng(seed), free_phase)) * TEACHER_GAIN
