@@ -27,7 +27,8 @@ FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product
 # second covers SECOND_STEP_FRAMES, each later one STEP_GROWTH times the last, up to MAX_STEP_FRAMES.
 # A step's cost per frame falls with its length (the scan does a step's chunks of SCAN_CHUNK_FRAMES
 # in the same few products), and the audio made runs further ahead of the audio played with each
-# step. bench tts: ssm:heart's real-time factor 0.0079 with 32-frame steps -> see README.
+# step. bench tts: ssm:heart's real-time factor 0.0079 with 32-frame steps -> 0.0047 (hibari 0.0054
+# in the same run; README, "bench tts").
 SCAN_CHUNK_FRAMES = 32
 SECOND_STEP_FRAMES = 128
 STEP_GROWTH = 4

@@ -39,8 +39,8 @@ PHASORS = np.exp(2j * np.pi * (np.arange(DRAW_TABLE) + 0.5) / DRAW_TABLE).astype
 class SourceFilterStream:
     """F0 and envelopes in, 8 kHz samples out, a step at a time: the pulse train continues its
     phase across steps, noise (and, in unvoiced frames, free phase) is drawn once per frame, and
-    the overlap-add keeps the tail of windows still open. Each step's frames are done together (one matrix product for
-    the envelopes, one FFT pair for the windows)."""
+    the overlap-add keeps the tail of windows still open. Each step's frames are done together
+    (one matrix product for the envelopes, one FFT pair for the windows)."""
 
     def __init__(self, seed: int = 0, free_phase: str = sf.LOCKED):
         """`free_phase`: how voiced frames phase the free-phase part (`source_filter`): LOCKED to
@@ -99,6 +99,8 @@ class SourceFilterStream:
         if ready > self.done:
             count = ready - self.done
             first = self.done * sf.HOP - sf.N_FFT // 2 - self.pulse_start     # frame done's window in self.pulse
+            if first < 0 or len(self.pulse) - first < (count - 1) * sf.HOP + sf.N_FFT:  # as_strided checks nothing
+                raise RuntimeError("source-filter stream: pulse samples missing for the windows")
             windows = np.lib.stride_tricks.as_strided(
                 self.pulse[first:], (count, sf.N_FFT), (sf.HOP * self.pulse.itemsize, self.pulse.itemsize))
             rows = slice(self.done - self.first, ready - self.first)
