@@ -105,8 +105,9 @@ class SourceFilterStream:
                 self.pulse[first:], (count, sf.N_FFT), (sf.HOP * self.pulse.itemsize, self.pulse.itemsize))
             rows = slice(self.done - self.first, ready - self.first)
             pulses = np.fft.rfft(windows * sf.WIN_SRC, axis=1)
-            spec = pulses * (self.envelope[rows] + self.locked[rows] / np.maximum(np.abs(pulses), 1e-9)) \
-                + self.unharmonic[rows]
+            spec = pulses * self.envelope[rows] + self.unharmonic[rows]
+            if self.lock:
+                spec += self.locked[rows] * sf.unit_phase(pulses)
             pieces = (np.fft.irfft(spec, sf.N_FFT, axis=1).astype(np.float32) * sf.WIN).reshape(count, OVERLAP, sf.HOP)
             base = self.emitted - sf.N_FFT // 2  # the sample ola[0] is (a multiple of HOP)
             off = self.done * sf.HOP - sf.N_FFT // 2 - base

@@ -117,9 +117,15 @@ def spectra(coefs: np.ndarray, f0: np.ndarray, rng: np.random.Generator, free_ph
     spec += noise * np.exp(ln)
     phase = rng.uniform(-np.pi, np.pi, (N_BINS, frames)).astype(np.float32)
     free = np.cos(phase) + 1j * np.sin(phase)
-    voiced = (np.asarray(f0) > F0_MIN)[None, :] & (free_phase == LOCKED)
-    spec += np.exp(lr) * np.where(voiced, pulse / np.maximum(np.abs(pulse), 1e-9), free)
+    if free_phase == LOCKED:
+        free = np.where((np.asarray(f0) > F0_MIN)[None, :], unit_phase(pulse), free)
+    spec += np.exp(lr) * free
     return spec
+
+
+def unit_phase(spectrum: np.ndarray) -> np.ndarray:
+    """The spectrum's phase as unit phasors: what a voiced frame's free-phase part takes (LOCKED)."""
+    return spectrum / np.maximum(np.abs(spectrum), 1e-9)
 
 
 def overlap_add(spec: np.ndarray) -> np.ndarray:

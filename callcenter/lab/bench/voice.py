@@ -8,8 +8,8 @@ every sentence on one thread:
   the decoder steps that frame needs);
 - real-time factor: synthesis time / audio duration; streams one core sustains = 1 / RTF;
 - intelligibility: plain Whisper tiny.en (`--stt-model stock`, not the telephone-tuned default)
-  transcribes each 8 kHz rendering; WER against
-  the sentence (both sides normalised by `hearing.wer`: numbers read out, no punctuation);
+  transcribes each 8 kHz rendering; WER against the sentence (both sides normalised by
+  `hearing.wer`: numbers read out, no punctuation);
 - naturalness: DNSMOS P.835 SIG/BAK/OVRL (`voice.judges`), at 16 kHz from our 8 kHz.
 hibari-tts af_heart (the quality bar), the teachers (Piper joe, flite) and espeak-ng are measured the
 same way in the same run, and each of our voices gets its ratios to hibari (`vs_hibari`).
