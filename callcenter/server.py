@@ -26,6 +26,7 @@ from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
 from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
+from callcenter.hearing.decoding import default_threads
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
@@ -770,7 +771,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     fixed = repair_recordings(config.recordings)
     if fixed:
         log.warning("recordings_repaired", files=[str(p) for p in fixed])
-    stt = WhisperStt(stt_model)
+    stt = WhisperStt(stt_model, workers=config.decode_threads or default_threads())
     tts = make_tts(flow.voice, cache_bytes=config.prompt_cache_mb * 2**20)
     SileroVad()  # load the VAD model now, not while the first caller waits for an answer
     Ambience(flow.ambience)  # and render the line's noise loops

@@ -14,6 +14,7 @@ from pathlib import Path
 import structlog
 import yaml
 
+from callcenter.hearing.decoding import default_threads
 from callcenter.memory import libc_function
 from callcenter.telephony.config import ServerConfig, load_server_config
 
@@ -43,6 +44,7 @@ def worker_configs(config: ServerConfig, workers: int, run_dir: Path) -> list[tu
         data["listen"]["port"] = config.listen.port + i
         data["rtp_port"] = config.rtp_port + RTP_PORTS_PER_WORKER * i
         data["recordings"] = str(Path(config.recordings).resolve())
+        data["decode_threads"] = config.decode_threads or default_threads(workers)  # the cores, shared
         if config.control is not None:
             data["control"]["port"] = config.control.port + i if config.control.port else 0
         if config.webrtc is not None:

@@ -23,6 +23,59 @@ def test_the_most_urgent_decode_runs_first_and_cancelled_ones_never_run():
     executor.shutdown()
 
 
+def test_a_later_decode_of_a_turn_replaces_its_queued_one_and_keeps_its_place():
+    executor = DecodeExecutor(workers=1)
+    gate, ran = threading.Event(), []
+    executor.submit(gate.wait)  # the one worker is busy
+    first = executor.submit(Decode(PAUSED, ran.append, stream=("a", 1)), "a: I have a question")
+    executor.submit(Decode(PAUSED, ran.append, stream=("b", 1)), "b: billing")
+    again = executor.submit(Decode(PAUSED, ran.append, stream=("a", 1)), "a: I have a question about")
+    partial = executor.submit(Decode(PARTIAL, ran.append, stream=("a", 1)), "a: I have a question about my")
+    other_turn = executor.submit(Decode(PARTIAL, ran.append, stream=("a", 2)), "a: next turn")
+    urgent = executor.submit(Decode(PARTIAL, ran.append, stream=("c", 1)), "c: partial")
+    ended = executor.submit(Decode(ENDED, ran.append, stream=("c", 1)), "c: ended")
+    gate.set()
+    for f in (partial, other_turn, ended):
+        f.result(timeout=5)
+    assert first.cancelled() and again.cancelled() and urgent.cancelled()
+    # a's latest look runs in a's first place, before b; c's ended decode jumps the queue
+    assert ran == ["c: ended", "a: I have a question about my", "b: billing", "a: next turn"]
+    assert executor.skipped == executor.replaced == 3
+    executor.shutdown()
+
+
+def test_a_decode_no_longer_wanted_when_its_turn_comes_is_skipped():
+    executor = DecodeExecutor(workers=1)
+    gate, ran, talking = threading.Event(), [], {"a": False}
+    executor.submit(gate.wait)
+    stale = executor.submit(Decode(PAUSED, ran.append, wanted=lambda: not talking["a"]), "a paused")
+    kept = executor.submit(Decode(PAUSED, ran.append, wanted=lambda: True), "b paused")
+    talking["a"] = True  # a went on talking while the recognizer was busy
+    gate.set()
+    kept.result(timeout=5)
+    assert stale.cancelled() and ran == ["b paused"] and executor.skipped == 1
+    executor.shutdown()
+
+
+def test_a_decode_that_started_is_not_replaced():
+    executor = DecodeExecutor(workers=1)
+    started, gate, ran = threading.Event(), threading.Event(), []
+
+    def slow(name):
+        started.set()
+        gate.wait()
+        ran.append(name)
+
+    running = executor.submit(Decode(PAUSED, slow, stream=("a", 1)), "first")
+    assert started.wait(5)
+    later = executor.submit(Decode(PAUSED, ran.append, stream=("a", 1)), "second")
+    gate.set()
+    later.result(timeout=5)
+    assert running.result(timeout=5) is None and ran == ["first", "second"]
+    assert executor.replaced == 0
+    executor.shutdown()
+
+
 def test_an_asyncio_call_awaits_a_decode_and_a_failure_reaches_it():
     executor = DecodeExecutor(workers=2)
 

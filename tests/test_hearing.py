@@ -261,3 +261,27 @@ def _encoded(stt, audio):
     """What `_generate` takes for `audio`, as `transcribe` makes it."""
     encoded, budget = stt._encode(audio, 8000)
     return encoded, stt._prompt(None), budget
+
+
+def test_a_pause_decode_is_outdated_once_the_caller_goes_on():
+    """A caller who pauses mid-sentence and goes on: the pause's decode, if the recognizer has not
+    got to it yet, is not worth making any more (`Listener.outdated`); at the pause itself it is,
+    and so is the last one, which covers the turn, also once the turn has ended."""
+    from callcenter.audio.frames import FRAME_SAMPLES
+    from callcenter.hearing.listener import Listener
+    from callcenter.hearing.turns import Pause
+
+    line = np.concatenate([np.zeros(4000), caller("I have a question"), np.zeros(2000),
+                           caller("about my bill"), np.zeros(12000)])
+    listener, pauses, seen = Listener(), [], []
+    listener.expecting(Expectation("speech", 1000))
+    for i in range(len(line) // FRAME_SAMPLES):
+        frame = AudioFrame(float_to_pcm(line[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES]))
+        for event in listener.process(frame, Moment(i * 0.02)):
+            if isinstance(event, Pause) and not event.partial:
+                # what each earlier pause's decode is worth when this one is asked for
+                seen.append([listener.outdated(p.turn_id, p.key) for p in pauses + [event]])
+                pauses.append(event)
+    assert len(pauses) >= 2 and len({p.turn_id for p in pauses}) == 1  # one turn, paused in the middle
+    assert all(s[:-1] == [True] * (len(s) - 1) and s[-1] is False for s in seen)
+    assert not listener.in_speech and not listener.outdated(pauses[-1].turn_id, pauses[-1].key)  # ended on it

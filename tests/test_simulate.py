@@ -256,3 +256,39 @@ def test_the_virtual_clock_gives_the_same_call_in_a_fraction_of_the_time(flow, s
     assert fast.transcript == real.transcript and fast.ended_by == real.ended_by
     call_s = read_events(tmp_path / "fast" / "sim.jsonl")[-1]["t"]
     assert call_s > 15 and fast_s < real_s / 3, (call_s, fast_s, real_s)  # a 20 s call in seconds
+
+
+def test_a_look_for_the_console_waits_for_no_one(flow, stt, tts):
+    """A partial decode while the caller talks and the agent does not is only for the console: it
+    is left out while the recognizer is busy with other calls; over the agent it is always made
+    (its text may settle an interruption)."""
+    import threading
+
+    from callcenter.call.bridge import MediaBridge
+    from callcenter.call.events import CallEvents
+    from callcenter.call.session import CallSession
+    from callcenter.call.simulate import SimulatedLine
+    from callcenter.hearing.decoding import DecodeExecutor
+    from callcenter.hearing.turns import Pause
+
+    async def main():
+        session = CallSession("look", flow, MediaBridge(asyncio.get_running_loop()), SimulatedLine(),
+                              CallEvents("look"), stt, tts)
+        session._decoder = DecodeExecutor(workers=1)
+        gate = threading.Event()
+        session._decoder.submit(gate.wait)  # another call's decode holds the recognizer
+        pcm = bytes(3200)
+        session._start_decode(Pause(pcm, 1, 10, partial=True))
+        session._start_decode(Pause(pcm, 1, 12, partial=True, over_agent=True))
+        busy = set(session._decodes)
+        gate.set()
+        await session._decodes[(1, 12)]
+        assert not session._decoder.busy
+        session._start_decode(Pause(pcm, 2, 10, partial=True))
+        idle = set(session._decodes) - busy
+        await asyncio.gather(*session._decodes.values(), return_exceptions=True)
+        session._decoder.shutdown()
+        return busy, idle
+
+    busy, idle = asyncio.run(main())
+    assert busy == {(1, 12)} and idle == {(2, 10)}

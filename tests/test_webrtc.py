@@ -5,6 +5,7 @@ the busy cap, bad offers, hang-up from either side, and a transfer relayed to a 
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import urllib.request
@@ -98,6 +99,11 @@ def test_webrtc_config_and_worker_ports(tmp_path):
     assert cfg.webrtc is not None and cfg.webrtc.port == 8480 and cfg.webrtc.max_calls == 2
     ports = [c.webrtc.port for _, c in worker_configs(cfg, 3, tmp_path)]
     assert ports == [8480, 8481, 8482]
+    # the recognizer's decode threads: the cores shared among the workers, unless the config says
+    cores = len(os.sched_getaffinity(0))
+    assert {c.decode_threads for _, c in worker_configs(cfg, 3, tmp_path)} == {max(1, min(4, cores // 3))}
+    two = cfg.model_copy(update={"decode_threads": 2})
+    assert {c.decode_threads for _, c in worker_configs(two, 3, tmp_path)} == {2}
     bad = tmp_path / "bad.yaml"
     bad.write_text("webrtc:\n  candidates: [my-laptop]\n")
     with pytest.raises(Exception, match=r"bad.yaml:2.*candidates"):

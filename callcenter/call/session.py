@@ -361,11 +361,17 @@ class CallSession:
             self._keep(asyncio.create_task(self._recognise(turn, self._turn_private)))
 
     def _start_decode(self, pause: Pause) -> None:
+        if pause.partial and not pause.over_agent and self._decoder.busy:
+            return  # a look for the console only: not while other calls' decodes need the recognizer
         key = (pause.turn_id, pause.key)
         loop = asyncio.get_running_loop()
         expect = self.listener.expect
-        future = loop.run_in_executor(self._decoder, Decode(PARTIAL if pause.partial else PAUSED, self.stt.transcribe_pcm),
-                                      pause.pcm, SAMPLE_RATE, None, expect)
+        if pause.partial:
+            decode = Decode(PARTIAL, self.stt.transcribe_pcm, stream=(self.call_id, pause.turn_id))
+        else:  # skipped if the caller has gone on talking by the time the recognizer gets to it
+            decode = Decode(PAUSED, self.stt.transcribe_pcm, stream=(self.call_id, pause.turn_id),
+                            wanted=lambda: not self.listener.outdated(*key))
+        future = loop.run_in_executor(self._decoder, decode, pause.pcm, SAMPLE_RATE, None, expect)
         self._decodes[key] = future
         for old in [k for k in self._decodes if k[0] < pause.turn_id - 1]:
             del self._decodes[old]
@@ -410,7 +416,8 @@ class CallSession:
                 else:
                     expect = self.listener.expect
                     decode = asyncio.get_running_loop().run_in_executor(
-                        self._decoder, Decode(ENDED, self.stt.transcribe_pcm), turn.pcm, SAMPLE_RATE, None, expect)
+                        self._decoder, Decode(ENDED, self.stt.transcribe_pcm, stream=(self.call_id, turn.turn_id)),
+                        turn.pcm, SAMPLE_RATE, None, expect)
                     how = "after end"
                 for key, other in list(self._decodes.items()):  # looks at the turn that no one needs now
                     if key[0] == turn.turn_id and other is not decode and not other.done():

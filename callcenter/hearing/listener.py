@@ -93,6 +93,12 @@ class Listener:
         """Whether the text of a `Pause` decode reads as a finished sentence (`Expectation.finished`)."""
         return self._new(self.turns.judged(turn_id, key, finished))
 
+    def outdated(self, turn_id: int, key: int) -> bool:
+        """A `Pause` decode of these frames is no longer worth making: the caller went on talking.
+        (Asked from the recognizer's thread just before the decode runs; a stale answer only costs
+        a decode.)"""
+        return self.turns.spoken_since(turn_id, key)
+
     def key(self, digit: str, source: str, now: float) -> Key | None:
         """A key press; None when it is the same press already heard from the other source."""
         last = self._last_key

@@ -144,6 +144,7 @@ class Pause:
     turn_id: int
     key: int  # frames of the turn it covers; give both back to `heard()`
     partial: bool  # True: a periodic partial while the caller is still talking
+    over_agent: bool = False  # ...over the agent: its text may settle an interruption (else it is for show)
 
 
 @dataclass
@@ -294,6 +295,11 @@ class TurnDetector:
         """The caller is talking over the agent and it is not yet decided whether that interrupts."""
         return self.in_speech and self._over_agent and not self._confirmed
 
+    def spoken_since(self, turn_id: int, key: int) -> bool:
+        """The caller spoke again in turn `turn_id`, which goes on, after its first `key` frames: text
+        of only those frames can no longer end the turn (see `_covering`)."""
+        return self.in_speech and turn_id == self.turn_id and self._last_voiced > key
+
     # ------------------------------------------------------------ input
     def heard(self, turn_id: int, key: int, text: str, confidence: float) -> list[Event]:
         """The recognizer's text for the first `key` frames of turn `turn_id`."""
@@ -385,7 +391,8 @@ class TurnDetector:
                 out.append(BargeIn(self._start_t, "kept talking"))
             if self._voiced_ms - self._last_partial_ms >= cfg.partial_every_ms:
                 self._last_partial_ms = self._voiced_ms
-                out.append(Pause(self._pcm(len(self._frames)), self.turn_id, len(self._frames), partial=True))
+                out.append(Pause(self._pcm(len(self._frames)), self.turn_id, len(self._frames), partial=True,
+                                 over_agent=self._over_agent))
             return out
         self._silence_ms += VAD_WINDOW_MS
         if self._silence_ms >= cfg.pause_ms and self._paused_decode_key != self._last_voiced:

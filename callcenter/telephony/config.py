@@ -190,6 +190,10 @@ class ServerConfig(_Strict):
                                description="most malloc arenas the process may use (glibc's "
                                            "MALLOC_ARENA_MAX); 0: glibc's default of 8 per core. A "
                                            "cap of 2 made late frames 2.4x as common at 12 calls")
+    decode_threads: int | None = Field(None, ge=1, le=64,
+                                       description="caller turns the recognizer decodes at once in each agent "
+                                                   "process; absent: one per core, the cores shared among "
+                                                   "`serve --workers` processes (at least 1, at most 4)")
     retention_days: float | None = Field(None, gt=0, le=36500,
                                          description="delete recordings, transcripts and voicemail older than "
                                                      "this many days, at start and once a day; absent: keep all")
