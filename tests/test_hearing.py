@@ -285,3 +285,28 @@ def test_a_pause_decode_is_outdated_once_the_caller_goes_on():
     assert len(pauses) >= 2 and len({p.turn_id for p in pauses}) == 1  # one turn, paused in the middle
     assert all(s[:-1] == [True] * (len(s) - 1) and s[-1] is False for s in seen)
     assert not listener.in_speech and not listener.outdated(pauses[-1].turn_id, pauses[-1].key)  # ended on it
+
+
+@pytest.mark.parametrize("guessed, why", [(False, "answer"), (True, "silence")])
+def test_a_digit_string_picked_for_its_length_waits_for_the_nodes_silence(guessed, why):
+    """A digits reading the recognizer picked from its n-best because it has the node's length
+    (`Transcript.guessed`) answers the node, but is not sure enough to end the turn early: the caller
+    may not have finished."""
+    from callcenter.audio.frames import FRAME_SAMPLES
+    from callcenter.hearing.listener import Listener
+    from callcenter.hearing.turns import Pause
+
+    line = np.concatenate([np.zeros(4000), caller("four seven two nine"), np.zeros(24000)])
+    listener, ended = Listener(), []
+    listener.expecting(Expectation("digits", 700, digits_min=4, digits_max=4))
+    for i in range(len(line) // FRAME_SAMPLES):
+        frame = AudioFrame(float_to_pcm(line[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES]))
+        events = listener.process(frame, Moment(i * 0.02))
+        while events:
+            event = events.pop(0)
+            if isinstance(event, Pause) and not event.partial:  # the recognizer answers at once
+                events += listener.decoded(event.turn_id, event.key, "4 7 2 9", 0.5, guessed=guessed)
+            elif isinstance(event, Ended):
+                ended.append(event)
+    assert [e.why for e in ended] == [why]
+    assert (ended[0].silence_ms < 500) == (not guessed)

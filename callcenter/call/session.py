@@ -383,7 +383,8 @@ class CallSession:
             self.events.emit(ev.STT_PARTIAL, text=self._shown(result.text), confidence=round(result.confidence, 3),
                              audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial)
             now = self.events.now()
-            for event in self.listener.decoded(pause.turn_id, pause.key, result.text, result.confidence):
+            for event in self.listener.decoded(pause.turn_id, pause.key, result.text, result.confidence,
+                                               result.guessed):
                 self._carry_out(event, now)
             if not pause.partial and expect.finished is not None and result.text.strip() and self.listener.in_speech:
                 self._judge(pause, expect.finished, result.text)

@@ -85,9 +85,9 @@ class Listener:
         out += self._new(self.turns.process(stt_frame, at))
         return out
 
-    def decoded(self, turn_id: int, key: int, text: str, confidence: float) -> list[Outcome]:
-        """The text of a `Pause` decode."""
-        return self._new(self.turns.heard(turn_id, key, text, confidence))
+    def decoded(self, turn_id: int, key: int, text: str, confidence: float, guessed: bool = False) -> list[Outcome]:
+        """The text of a `Pause` decode (`guessed`: see `Transcript.guessed`)."""
+        return self._new(self.turns.heard(turn_id, key, text, confidence, guessed))
 
     def judged(self, turn_id: int, key: int, finished: bool) -> list[Outcome]:
         """Whether the text of a `Pause` decode reads as a finished sentence (`Expectation.finished`)."""

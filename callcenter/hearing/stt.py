@@ -41,6 +41,8 @@ NO_SPEECH_PROB = 0.6              # with a low log-probability too, a decode is 
 NO_SPEECH_LOGPROB = -1.0
 NBEST = 3                         # readings weighed on a node with answers...
 NBEST_MARGIN = 0.35               # ...one that answers it wins within this mean log-probability of the best
+DIGITS_NBEST = 3                  # a digits node's digits-only readings: the first with as many digits
+                                  # as the node takes is taken
 WORDS_LOGPROB = -0.5              # a digits node's free reading with no digits, this sure, is words ("operator")
 
 
@@ -155,6 +157,8 @@ class Transcript:
     confidence: float  # 0..1, exp of the decoder's mean token log-probability
     seconds: float  # wall time the decode took
     audio_s: float = 0.0  # how much caller audio it covers
+    guessed: bool = False  # a digits reading picked from the n-best for its length: not sure enough
+                           # to end the turn before the node's own silence
 
 
 _models: dict[tuple[str, int], object] = {}
@@ -223,11 +227,14 @@ class WhisperStt:
         nbest = NBEST if grammar is not None and grammar.answers is not None and not digits_node else 1
         readings, no_speech = self._generate(encoded, prompt, budget, self.suppress, nbest, whisper)
         text, logprob = readings[0]
+        guessed = False
         if digits_node and not self._fits(grammar, text) \
                 and (spoken_digits(text) or logprob < WORDS_LOGPROB):  # not plainly words ("operator")
-            digits, _ = self._generate(encoded, prompt, budget, self._not_digits, 1, whisper)
-            if self._fits(grammar, digits[0][0]):
-                text, logprob = digits[0]
+            digits, _ = self._generate(encoded, prompt, budget, self._not_digits, DIGITS_NBEST, whisper)
+            fitting = [i for i, r in enumerate(digits) if self._fits(grammar, r[0])]
+            if fitting:
+                text, logprob = digits[fitting[0]]
+                guessed = fitting[0] > 0
         elif nbest > 1:
             for other, other_logprob in readings[1:]:
                 if not grammar.answers(text) and grammar.answers(other) and other_logprob >= logprob - NBEST_MARGIN:
@@ -235,7 +242,7 @@ class WhisperStt:
                     break
         if not text or (no_speech > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB):
             return Transcript("", 0.0, time.perf_counter() - t0, audio_s)
-        return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s)
+        return Transcript(text, float(np.exp(logprob)), time.perf_counter() - t0, audio_s, guessed)
 
     def _encode(self, audio: np.ndarray, rate: int, whisper=None):
         """The encoder's output for `audio` (by `whisper`, default the main model), and the token

@@ -187,6 +187,7 @@ class _Heard:
     text: str
     confidence: float
     finished: bool = False  # judged a finished sentence (Expectation.finished)
+    guessed: bool = False  # the recognizer picked it for its length: it answers, but does not end the turn early
 
 
 class RollingPercentile:
@@ -301,12 +302,12 @@ class TurnDetector:
         return self.in_speech and turn_id == self.turn_id and self._last_voiced > key
 
     # ------------------------------------------------------------ input
-    def heard(self, turn_id: int, key: int, text: str, confidence: float) -> list[Event]:
+    def heard(self, turn_id: int, key: int, text: str, confidence: float, guessed: bool = False) -> list[Event]:
         """The recognizer's text for the first `key` frames of turn `turn_id`."""
         if not self.in_speech or turn_id != self.turn_id or key > len(self._frames):
             return []
         if self._heard is None or key >= self._heard.key:
-            self._heard = _Heard(key, text, confidence)
+            self._heard = _Heard(key, text, confidence, guessed=guessed)
         if self.candidate and key >= self._last_voiced and self.interrupts(text, confidence):
             self._confirmed = True
             return [BargeIn(self._start_t, "speech")]
@@ -431,6 +432,8 @@ class TurnDetector:
     def _why(self, heard: _Heard | None) -> str:
         """What the text that covers the turn says about its end (see `Ended.why`)."""
         if heard is None:
+            return "silence"
+        if heard.guessed:  # the node's own silence decides
             return "silence"
         if self.expect.complete(heard.text):
             return "answer"

@@ -88,7 +88,8 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
             pending.remove((ready, request, result))
             out.partials.append((ready, result.text, round(result.confidence, 2)))
             arrived[(request.turn_id, request.key)] = ready
-            events += listener.decoded(request.turn_id, request.key, result.text, result.confidence)
+            events += listener.decoded(request.turn_id, request.key, result.text, result.confidence,
+                                       result.guessed)
             finished = listener.expect.finished
             if finished is not None and not request.partial and result.text.strip() and listener.in_speech:
                 t0 = time.perf_counter()  # as the call does: judged after the decode, for its measured time
