@@ -57,6 +57,21 @@ def test_a_decode_no_longer_wanted_when_its_turn_comes_is_skipped():
     executor.shutdown()
 
 
+def test_a_decode_a_caller_now_waits_for_runs_with_the_ended_turns():
+    executor = DecodeExecutor(workers=1)
+    gate, ran = threading.Event(), []
+    executor.submit(gate.wait)
+    others = [executor.submit(Decode(PAUSED, ran.append, stream=(c, 1)), f"{c} paused") for c in "bc"]
+    waited = executor.submit(Decode(PAUSED, ran.append, stream=("a", 1)), "a settled")
+    executor.hurry(("a", 1))  # a's turn ended: a waits for this decode
+    executor.hurry(("z", 1))  # nothing queued for it: nothing happens
+    gate.set()
+    for f in (*others, waited):
+        f.result(timeout=5)
+    assert ran == ["a settled", "b paused", "c paused"]
+    executor.shutdown()
+
+
 def test_a_decode_that_started_is_not_replaced():
     executor = DecodeExecutor(workers=1)
     started, gate, ran = threading.Event(), threading.Event(), []

@@ -408,21 +408,22 @@ class CallSession:
 
     async def _recognise(self, turn: Turn, private: bool = False) -> None:
         try:
+            stream = (self.call_id, turn.turn_id)
             if turn.text is not None:
                 text, conf, stt_s, how = turn.text, turn.confidence, 0.0, "early"
+                self._cancel_looks(turn.turn_id)
             else:
                 covering = self.listener.covering(turn)
                 if covering is not None and covering in self._decodes:
                     decode, how = self._decodes[covering], "in flight"
+                    self._decoder.hurry(stream)  # the caller waits for it now
                 else:
                     expect = self.listener.expect
                     decode = asyncio.get_running_loop().run_in_executor(
-                        self._decoder, Decode(ENDED, self.stt.transcribe_pcm, stream=(self.call_id, turn.turn_id)),
+                        self._decoder, Decode(ENDED, self.stt.transcribe_pcm, stream=stream),
                         turn.pcm, SAMPLE_RATE, None, expect)
                     how = "after end"
-                for key, other in list(self._decodes.items()):  # looks at the turn that no one needs now
-                    if key[0] == turn.turn_id and other is not decode and not other.done():
-                        other.cancel()
+                self._cancel_looks(turn.turn_id, but=decode)
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
             self.events.emit(ev.STT_FINAL, text=self._shown(text, private), confidence=round(conf, 3),
@@ -439,6 +440,12 @@ class CallSession:
             self._in_flight = max(0, self._in_flight - 1)
             return
         await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
+
+    def _cancel_looks(self, turn_id: int, but: asyncio.Future | None = None) -> None:
+        """The turn has its text or the decode that gives it: other looks at it no one needs now."""
+        for key, other in list(self._decodes.items()):
+            if key[0] == turn_id and other is not but and not other.done():
+                other.cancel()
 
     async def _await_transcript(self, decode: asyncio.Future):
         """The decode's result; "one moment" to the caller if it is slow, TimeoutError if stalled."""

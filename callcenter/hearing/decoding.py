@@ -20,7 +20,8 @@ same stream covers more of the turn, so it **replaces** one of that stream still
 old one's future is cancelled, and the new one takes its place in the queue, unless it is more
 urgent than that place (then it queues at its own priority). A caller who pauses three times in a
 sentence while eleven other callers talk costs one decode, not three, and does not go to the back
-of the queue each time.
+of the queue each time. When the turn ends and its caller waits for that decode, `hurry()` moves it
+up among the ended turns.
 
 `DecodeExecutor` is a `concurrent.futures.Executor`, used through `loop.run_in_executor`, so the
 virtual clock of simulated calls still sees each decode as a running job. `CALLCENTER_DECODE_ORDER=
@@ -102,6 +103,17 @@ class DecodeExecutor(concurrent.futures.Executor):
                 self._queued[stream] = entry
             self._queue.put(entry)
         return future
+
+    def hurry(self, stream: Hashable) -> None:
+        """The stream's decode still queued is now awaited by a caller whose turn has ended: it
+        runs with the ended turns."""
+        with self._lock:
+            entry = self._queued.get(stream)
+            if entry is None or entry[2] is None or entry[0] <= ENDED:
+                return
+            job, entry[2] = entry[2], None
+            self._queued[stream] = urgent = [ENDED, next(self._order), job, stream]
+            self._queue.put(urgent)
 
     def _work(self) -> None:
         while True:
