@@ -74,13 +74,13 @@ class DecodeExecutor(concurrent.futures.Executor):
         self._order = itertools.count(1)
         self._lock = threading.Lock()
         self._queued: dict[Hashable, list] = {}  # stream -> its entry still in the queue
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
-        for t in self._threads:
-            t.start()
         self._running = 0
         self.skipped = 0  # decodes cancelled before they ran
         self.replaced = 0  # ...of them, replaced by a later decode of the same stream
         self.by_arrival = os.environ.get("CALLCENTER_DECODE_ORDER", "urgent") == "arrival"
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -163,8 +163,8 @@ def default_threads(processes: int = 1) -> int:
     """Decodes a process runs at once when its config does not say (`decode_threads`): one per core
     it can count on, the cores shared among the agent processes of the machine, at least one. Twelve
     callers in the same second on 2 cores, 3 processes: with 2 decode threads each (6 decodes sharing
-    2 cores, all of them slow) voice-to-voice p95 was 834 ms; with one each, 680 ms
-    (`bench call --workers 3 --concurrent 12 --stagger-s 0`)."""
+    2 cores, all of them slow) voice-to-voice p95 was 834 ms; with one each, 680 ms (one run each,
+    `bench call --workers 3 --concurrent 12 --stagger-s 0`)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(MAX_DEFAULT_THREADS, cores // max(1, processes)))
 
