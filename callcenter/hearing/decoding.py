@@ -98,11 +98,15 @@ class DecodeExecutor(concurrent.futures.Executor):
                     old[2] = job
                     return future
                 old[2] = None
-            entry = [priority, next(self._order), job, stream]
-            if stream is not None:
-                self._queued[stream] = entry
-            self._queue.put(entry)
+            self._put(priority, job, stream)
         return future
+
+    def _put(self, priority: int, job: _Job, stream: Hashable | None) -> None:
+        """Queue `job` (with the lock held), as its stream's decode still queued."""
+        entry = [priority, next(self._order), job, stream]
+        if stream is not None:
+            self._queued[stream] = entry
+        self._queue.put(entry)
 
     def hurry(self, stream: Hashable) -> None:
         """The stream's decode still queued is now awaited by a caller whose turn has ended: it
@@ -112,8 +116,7 @@ class DecodeExecutor(concurrent.futures.Executor):
             if entry is None or entry[2] is None or entry[0] <= ENDED:
                 return
             job, entry[2] = entry[2], None
-            self._queued[stream] = urgent = [ENDED, next(self._order), job, stream]
-            self._queue.put(urgent)
+            self._put(ENDED, job, stream)
 
     def _work(self) -> None:
         while True:

@@ -296,10 +296,14 @@ class TurnDetector:
         """The caller is talking over the agent and it is not yet decided whether that interrupts."""
         return self.in_speech and self._over_agent and not self._confirmed
 
+    def _covers(self, key: int) -> bool:
+        """Text of the turn's first `key` frames covers every voiced frame of it so far."""
+        return key >= self._last_voiced
+
     def spoken_since(self, turn_id: int, key: int) -> bool:
         """The caller spoke again in turn `turn_id`, which goes on, after its first `key` frames: text
-        of only those frames can no longer end the turn (see `_covering`)."""
-        return self.in_speech and turn_id == self.turn_id and self._last_voiced > key
+        of only those frames can no longer end the turn."""
+        return self.in_speech and turn_id == self.turn_id and not self._covers(key)
 
     # ------------------------------------------------------------ input
     def heard(self, turn_id: int, key: int, text: str, confidence: float, guessed: bool = False) -> list[Event]:
@@ -308,7 +312,7 @@ class TurnDetector:
             return []
         if self._heard is None or key >= self._heard.key:
             self._heard = _Heard(key, text, confidence, guessed=guessed)
-        if self.candidate and key >= self._last_voiced and self.interrupts(text, confidence):
+        if self.candidate and self._covers(key) and self.interrupts(text, confidence):
             self._confirmed = True
             return [BargeIn(self._start_t, "speech")]
         return []
@@ -413,7 +417,7 @@ class TurnDetector:
     def _covering(self) -> _Heard | None:
         """The latest text, if it covers every voiced frame of the turn."""
         h = self._heard
-        return h if h is not None and h.key >= self._last_voiced else None
+        return h if h is not None and self._covers(h.key) else None
 
     def _end_silence_ms(self, why: str) -> float:
         """The silence that ends the turn, given what its text says (`_why`)."""
@@ -431,9 +435,7 @@ class TurnDetector:
 
     def _why(self, heard: _Heard | None) -> str:
         """What the text that covers the turn says about its end (see `Ended.why`)."""
-        if heard is None:
-            return "silence"
-        if heard.guessed:  # the node's own silence decides
+        if heard is None or heard.guessed:  # no text yet, or one picked for its length: the node's silence decides
             return "silence"
         if self.expect.complete(heard.text):
             return "answer"
