@@ -91,3 +91,28 @@ def test_the_teacher_gives_exact_durations_and_envelopes():
     assert utt.coefs.shape == (len(utt.f0), 3, sf.N_COEF) and (utt.f0 > 60).mean() > 0.3
     audio = sf.synthesize(utt.coefs, utt.f0)
     assert len(audio) == len(utt.f0) * sf.HOP and 0.005 < np.sqrt(np.mean(audio ** 2)) < 0.5
+
+
+def test_a_voice_file_can_widen_its_intonation_about_its_centre(monkeypatch):
+    """`f0_spread` in a voice's file (a clone's speaker's intonation range, `clone.Adapter.intonation`)
+    scales every voiced frame's log F0 about `f0_centre`; voicing and envelopes are untouched."""
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR
+
+    captured = []
+    add = SourceFilterStream.add
+    monkeypatch.setattr(SourceFilterStream, "add", lambda self, f0, coefs: (captured.append((f0, coefs)), add(self, f0, coefs)))
+    voice = SfVoice(SHIPPED_VOICE_DIR / "sf-heart.npz")
+    cond = voice.plan(SfVoice.g2p()("Your balance is twelve dollars and fifty cents.")[0])
+
+    def render(**meta):
+        captured.clear()
+        voice.meta = {**voice.meta, **meta}
+        audio = np.concatenate(list(voice.stream(cond)))
+        return audio, np.concatenate([f for f, _ in captured]), np.concatenate([c for _, c in captured])
+
+    plain, f0, coefs = render(f0_spread=1.0)
+    wide, f0_wide, coefs_wide = render(f0_spread=1.6, f0_centre=5.25)
+    voiced = f0 > 0
+    assert voiced.mean() > 0.3 and np.array_equal(voiced, f0_wide > 0) and np.array_equal(coefs, coefs_wide)
+    assert np.allclose(np.log(f0_wide[voiced]) - 5.25, 1.6 * (np.log(f0[voiced]) - 5.25), atol=1e-4)
+    assert len(wide) == len(plain)

@@ -18,7 +18,8 @@
    the harmonic envelope, plus noise and free phase) against the recording's, on loud frames — with
    the three envelopes pulled towards one common shift (the speaker's vocal tract shapes every
    source) and loosely towards the base voice. F0 is learnt from the analysis, the speaking rate
-   becomes the voice's `speed`. Checkpoints every `CKPT_EVERY` steps make it resumable; a time
+   becomes the voice's `speed`, the intonation range `f0_spread` (`Adapter.intonation`).
+   Checkpoints every `CKPT_EVERY` steps make it resumable; a time
    budget bounds it.
 5. **Export** the voice file (half precision, ~2.4 MB) where `ssm_tts` finds voices.
 """
@@ -63,6 +64,8 @@ FREE_POWER = 0.25  # unit magnitude, random phase, the same quarter kept
 HOLD = 0.1  # weight of the pull towards the base voice's envelopes
 F0_WEIGHT = 1.0  # the speaker's pitch, from the analysis
 TEMPO_RANGE = (0.7, 1.4)
+SPREAD_RANGE = (1.0, 2.5)  # how far the voice's intonation may be widened towards the speaker's
+F0_PERCENTILES = (2, 98)  # the speaker's F0 range, which the widened intonation stays within
 TIE = 1.0  # weight of the pull towards one shift of all three envelopes (the speaker's vocal tract)
 # the text side and the durations stay the default voice's (durations from the alignment, a few
 # frames off, made the voice worse): the speaker's rate is one factor, the voice's `speed`
@@ -532,6 +535,34 @@ class Adapter:
         return {"fit": fit.item(), "hold": hold.item(), "tie": tie.item(), "f0": f0.item(), "voicing": voicing.item(),
                 "total": total.item()}
 
+    def intonation(self) -> tuple[float, float, tuple[float, float]]:
+        """(spread, centre, range): how much wider the speaker's intonation is than the adapted
+        voice's when it says the same texts as it will speak (its own durations, at its tempo), the
+        log F0 to widen about, and the speaker's F0 range (Hz, `F0_PERCENTILES` of the analysis).
+        A regression on F0 flattens it: the clone of the Asterisk speaker on her own transcripts,
+        0.15 in log F0 standard deviation against her 0.21. The runtime widens the predicted log F0
+        about `centre` by `spread` and keeps it within `range` (SfVoice.stream): widened without
+        that bound, an experimental clone's phrase ends fell below her lowest F0 and the judge's WER
+        rose from 8.9 to 11.1 % (ad hoc, 50 sentences); within it, widening cost nothing there."""
+        from callcenter.voice.runtime import frames_per_id
+        from callcenter.voice.sf_model import LOG_F0_MEAN
+        torch = self.torch
+
+        theirs, ours = [], []
+        with torch.no_grad():
+            for u, enc in zip(self.utts, self.enc):
+                theirs.append(np.log(u.f0[u.f0 > sf.F0_MIN]))
+                log_dur = self.model.duration(enc[None], torch.ones(1, len(u.ids), 1))[0].numpy()
+                durations = torch.from_numpy(frames_per_id(log_dur.reshape(-1), self.tempo))
+                out = self.model.decode(self.model.condition(enc[None], durations[None]))[0].numpy()
+                ours.append(out[out[:, 1] > 0, 0] + LOG_F0_MEAN)
+        theirs, ours = np.concatenate(theirs), np.concatenate(ours)
+        if len(ours) < 50 or len(theirs) < 50:
+            return 1.0, LOG_F0_MEAN, (sf.F0_MIN, sf.F_MAX)
+        spread = float(np.clip(theirs.std() / max(ours.std(), 1e-3), *SPREAD_RANGE))
+        lo, hi = np.exp(np.percentile(theirs, F0_PERCENTILES))
+        return spread, float(ours.mean()), (float(lo), float(hi))
+
     def save(self, path: Path) -> None:
         self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
                          "rng": self.rng.bit_generator.state}, path)
@@ -569,9 +600,12 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
     from callcenter.voice.sf_runtime import export_sf_voice
 
     out.parent.mkdir(parents=True, exist_ok=True)
+    spread, centre, (lo, hi) = adapter.intonation()
     # the fit's power model takes the free-phase part as random-phased, so the clone is rendered so
     export_sf_voice(out, adapter.model, {**info, "steps": adapter.step, "kind": "source-filter",
-                                         "speed": round(adapter.tempo, 3), "free_phase": sf.RANDOM})
+                                         "speed": round(adapter.tempo, 3), "free_phase": sf.RANDOM,
+                                         "f0_spread": round(spread, 3), "f0_centre": round(centre, 4),
+                                         "f0_range": [round(lo, 1), round(hi, 1)]})
     return out
 
 

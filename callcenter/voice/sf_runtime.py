@@ -204,8 +204,15 @@ class SfVoice:
         """8 kHz float samples, a step's worth at a time; `pitch` shifts F0 in semitones."""
         dsp = SourceFilterStream(seed, self.meta.get("free_phase", sf.LOCKED))
         shift = 2.0 ** (pitch / 12)
+        # a cloned voice's intonation: its predicted log F0 widened about its centre by `f0_spread`
+        # (its speaker's range against what the adapted decoder predicts) and kept within its
+        # speaker's `f0_range` (clone.py); a trained voice has neither (1, and no bound)
+        spread = float(self.meta.get("f0_spread", 1.0))
+        centre = float(self.meta.get("f0_centre", LOG_F0_MEAN)) - LOG_F0_MEAN
+        lo, hi = np.log(self.meta.get("f0_range", (sf.F0_MIN, sf.F_MAX))) - LOG_F0_MEAN
         for out in self.frames(cond, cancelled):
-            f0 = np.where(out[:, 1] > 0, np.exp(out[:, 0] + LOG_F0_MEAN) * shift, 0.0)
+            log_f0 = np.clip(centre + spread * (out[:, 0] - centre), lo, hi)
+            f0 = np.where(out[:, 1] > 0, np.exp(log_f0 + LOG_F0_MEAN) * shift, 0.0)
             dsp.add(f0, out[:, 2:].reshape(len(out), 3, sf.N_COEF))
             samples = dsp.samples()
             if len(samples):
