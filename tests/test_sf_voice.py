@@ -110,7 +110,13 @@ def test_a_voice_file_can_widen_its_intonation_about_its_centre(monkeypatch):
         audio = np.concatenate(list(voice.stream(cond)))
         return audio, np.concatenate([f for f, _ in captured]), np.concatenate([c for _, c in captured])
 
-    plain, f0, coefs = render(f0_spread=1.0)
+    # a trained voice (no f0_* in its file) speaks its predicted F0 exactly as predicted
+    from callcenter.voice.sf_model import LOG_F0_MEAN
+
+    voice.meta = {k: v for k, v in voice.meta.items() if not k.startswith("f0_")}
+    out = np.concatenate(list(voice.frames(cond)))
+    plain, f0, coefs = render()
+    assert np.array_equal(f0, np.where(out[:, 1] > 0, np.exp(out[:, 0] + LOG_F0_MEAN), 0.0))
     wide, f0_wide, coefs_wide = render(f0_spread=1.6, f0_centre=5.25)
     voiced = f0 > 0
     assert voiced.mean() > 0.3 and np.array_equal(voiced, f0_wide > 0) and np.array_equal(coefs, coefs_wide)

@@ -206,10 +206,11 @@ class SfVoice:
         shift = 2.0 ** (pitch / 12)
         # a cloned voice's intonation: its predicted log F0 widened about its centre by `f0_spread`
         # (its speaker's range against what the adapted decoder predicts) and kept within its
-        # speaker's `f0_range` (clone.py); a trained voice has neither (1, and no bound)
+        # speaker's `f0_range` (clone.py); a trained voice has neither (1, and no bound: a frame
+        # predicted below F0_MIN stays unvoiced, as the pulse train takes it)
         spread = float(self.meta.get("f0_spread", 1.0))
         centre = float(self.meta.get("f0_centre", LOG_F0_MEAN)) - LOG_F0_MEAN
-        lo, hi = np.log(self.meta.get("f0_range", (sf.F0_MIN, sf.F_MAX))) - LOG_F0_MEAN
+        lo, hi = np.log(self.meta["f0_range"]) - LOG_F0_MEAN if "f0_range" in self.meta else (-np.inf, np.inf)
         for out in self.frames(cond, cancelled):
             log_f0 = np.clip(centre + spread * (out[:, 0] - centre), lo, hi)
             f0 = np.where(out[:, 1] > 0, np.exp(log_f0 + LOG_F0_MEAN) * shift, 0.0)
