@@ -132,6 +132,45 @@ def test_a_caller_interrupting_over_background_talkers_is_heard(stt, prompt_audi
 
 
 # ---------------------------------------------------------------- turn-taking
+def _turn_audio_from(replayed) -> float:
+    """Where the audio of the replayed call's last turn begins on the line (its pcm runs to the end)."""
+    t, ended = replayed.of(Ended)[-1]
+    return t + 0.02 - ended.turn.seconds
+
+
+def test_a_start_heard_late_in_babble_keeps_the_callers_first_words(stt):
+    """In babble silero rises slowly: here the turn is declared 0.3 s into the caller's speech. The
+    turn's audio still begins where the line rose over its floor (`onset_lookback_ms`), not a fixed
+    300 ms before the declared start, so the recognizer hears the first words."""
+    speech = caller("The payment was due on March fifteenth", "flite:rms")
+    onset = 1.0 + np.flatnonzero(np.abs(speech) > 0.005)[0] / 8000
+    line = place(noise_at(babble(len(speech) / 8000 + 4, seed=5), 0.07, 6), speech, 1.0)
+    r = replay(stt, line, expect=Expectation("speech", 700))
+    assert r.of(Started)[0][1].at > onset + 0.25 and len(r.finals) == 1
+    assert _turn_audio_from(r) <= onset
+    fixed = replay(stt, line, expect=Expectation("speech", 700),
+                   config=HearingConfig(turns=TurnConfig(onset_lookback_ms=300)))
+    assert _turn_audio_from(fixed) > onset + 0.05  # the first syllable cut
+
+
+def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
+    """The caller's last word comes 10 dB softer, into 10 dB babble: under the turn's speech margin,
+    but the VAD is sure of it. The turn's text must cover it (`tail_threshold`) before it ends the
+    turn; without that the pause before it was taken as the end of the text."""
+    speech = caller("I would like to speak to someone about my bill")
+    end = np.flatnonzero(np.abs(speech) > 0.005)[-1]
+    speech[end - int(0.35 * 8000):] *= 10 ** (-10 / 20)
+    line = place(noise_at(babble(len(speech) / 8000 + 4, seed=1), 0.07, 10), speech, 1.0)
+    r = replay(stt, line, expect=Expectation("speech", 700))
+    assert len(r.finals) == 1 and "bill" in r.finals[0].text.lower()
+    cut = replay(stt, line, expect=Expectation("speech", 700),
+                 config=HearingConfig(turns=TurnConfig(tail_threshold=1.01)))
+    assert "bill" not in " ".join(f.text for f in cut.finals).lower()
+    # the soft word does not hold the turn open: it ends the node's 700 ms after the last loud window
+    # (cut, "...about my" read as unfinished waited 2 s, and still ended without the word)
+    assert r.of(Ended)[0][1].silence_ms < 800 and cut.of(Ended)[0][1].why == "unfinished"
+
+
 def _digit_groups(pause_s):
     first, second = caller("four seven two"), caller("nine one eight three")
     return np.concatenate([np.zeros(4000), first, np.zeros(int(pause_s * 8000)), second])

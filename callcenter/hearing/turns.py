@@ -7,7 +7,9 @@ the call session runs the recognizer and reports back with `heard()`. It combine
   *and* it stands `floor_margin_db` above the line's noise floor (the median level of recent windows
   that were not caller speech) and above what the agent's echo may leave (`echo.py`). Background
   talkers on a busy line are speech to silero, but they sit at the floor. Inside a turn, sound far
-  below the turn's loudest window is background too (`turn_drop_db`).
+  below the turn's loudest window is background too (`turn_drop_db`). A turn's audio starts where
+  the line rose over its floor just before the speech that started it (silero is slow to rise in
+  babble), and a soft last syllable the VAD is sure of must be covered by the text that ends the turn.
 - **The recognizer's text.** When the caller pauses, the session decodes what they said so far
   (`Pause`). If that text already answers the node (an intent matched, a yes/no, a digit string of
   the expected length) the turn ends after `quick_end_ms`; if it is clearly unfinished ("my number
@@ -96,6 +98,14 @@ class TurnConfig:
     start_ms: float = 64  # speech needed to declare the caller started
     min_speech_ms: float = 160  # a blip shorter than this is dropped, not a turn
     preroll_ms: float = 300  # audio kept from before the start so the first phoneme is not clipped
+    # ...and further back, up to `onset_lookback_ms`, while the line stood `onset_rise_db` above its
+    # floor and within `turn_drop_db` of the starting run, with no gap over `onset_gap_ms`: in babble
+    # silero rises slowly, and a start declared late lost the caller's first words (bench stt, babble
+    # 10 dB: "can I pay by credit card" was heard as "A5 credit")
+    onset_lookback_ms: float = 1000
+    onset_rise_db: float = 4.0
+    onset_gap_ms: float = 128
+    onset_margin_ms: float = 100
     max_turn_s: float = 30.0
     pause_ms: float = 96  # silence after which the session decodes what was said so far
     quick_end_ms: float = 300  # silence that ends a turn whose text already answers the node
@@ -107,6 +117,14 @@ class TurnConfig:
     candidate_end_ms: float = 300  # silence that settles a possible interruption (resume or barge in)
     candidate_carry_s: float = 1.0  # speech again this soon after a resume continues the same one
     turn_drop_db: float = 15.0  # inside a turn, sound this far below its loudest window is background
+    # ...but a window the VAD is this sure of, above the floor and within `tail_drop_db` of the
+    # loudest, up to `tail_span_ms` after the last speech window, is a soft last syllable: it does not
+    # hold the turn open, but a decode must cover it before its text can end the turn (babble 10 dB:
+    # "since Tues-" and then "day" 12 dB under the turn's loudest, heard as "since two")
+    tail_threshold: float = 0.9
+    tail_margin_db: float = 2.0
+    tail_drop_db: float = 25.0
+    tail_span_ms: float = 400
     candidate_drop_db: float = 10.0  # ... and over the agent (background talk after an "mm-hm")
     partial_every_ms: float = 1000  # decode a partial result this often while the caller talks
 
@@ -222,7 +240,11 @@ class TurnDetector:
         self.config = config or TurnConfig()
         self.vad = vad or SileroVad()
         self.expect = Expectation()
-        self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(self.config.preroll_ms // FRAME_MS)))
+        self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(max(self.config.preroll_ms,
+                                                                       self.config.onset_lookback_ms) // FRAME_MS)))
+        # (frames seen by the window's end, its level, the line's floor or echo) for the onset look-back
+        self._rises: deque[tuple[int, float, float]] = deque(maxlen=int(self.config.onset_lookback_ms // VAD_WINDOW_MS) + 8)
+        self._frames_seen = 0
         self._levels = RollingPercentile(int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS),
                                          self.config.floor_percentile)
         self._window_energy: list[float] = []
@@ -242,7 +264,7 @@ class TurnDetector:
         self._silence_ms = 0.0
         self._voiced_ms = 0.0
         self._frames: list[AudioFrame] = []
-        self._last_voiced = 0  # frames of the turn up to and including the last voiced one
+        self._last_voiced = 0  # frames of the turn up to the last voiced (or soft last syllable) one
         self._start_t = 0.0
         self._over_agent = False
         self._confirmed = False
@@ -334,6 +356,7 @@ class TurnDetector:
         probs = self.vad.feed(x)
         self._window_energy.append(float(np.mean(x * x)))
         self._window_echo = max(self._window_echo, echo_floor)
+        self._frames_seen += 1
         if self.in_speech:
             self._frames.append(frame)
         else:
@@ -366,11 +389,15 @@ class TurnDetector:
                 self._peak_db = max(self._peak_db, level) if self.in_speech else level
             if not speech:
                 self._levels.add(level)  # the floor learns from what is not caller speech
-            out += self._window(speech, t, agent_talking)
+            base_db = max(self.floor_db, echo_db)
+            self._rises.append((self._frames_seen, level, base_db))
+            soft = self.in_speech and not self.candidate and not speech and p >= self.config.tail_threshold and \
+                level >= max(base_db + self.config.tail_margin_db, self._peak_db - self.config.tail_drop_db)
+            out += self._window(speech, t, agent_talking, soft)
         return out
 
     # ------------------------------------------------------------ decisions per VAD window
-    def _window(self, speech: bool, t: float, agent_talking: bool) -> list[Event]:
+    def _window(self, speech: bool, t: float, agent_talking: bool, soft: bool = False) -> list[Event]:
         cfg = self.config
         if not self.in_speech:
             self._speech_run_ms = self._speech_run_ms + VAD_WINDOW_MS if speech else 0.0
@@ -382,7 +409,7 @@ class TurnDetector:
             if agent_talking and self._start_t - self._resumed_at <= cfg.candidate_carry_s:
                 self._voiced_ms += self._carried_ms  # a noisy line cut the caller's phrase in pieces
             self._over_agent = agent_talking
-            self._frames = list(self._preroll)
+            self._frames = list(self._preroll)[-self._onset_frames():]
             self._last_voiced = len(self._frames)
             self._preroll.clear()
             return [Started(self._start_t, agent_talking)]
@@ -400,7 +427,10 @@ class TurnDetector:
                                  over_agent=self._over_agent))
             return out
         self._silence_ms += VAD_WINDOW_MS
-        if self._silence_ms >= cfg.pause_ms and self._paused_decode_key != self._last_voiced:
+        if soft and self._silence_ms <= cfg.tail_span_ms:  # a soft last syllable: the text must cover
+            # it, but it does not hold the turn open
+            self._last_voiced = len(self._frames)
+        elif self._silence_ms >= cfg.pause_ms and self._paused_decode_key != self._last_voiced:
             self._paused_decode_key = self._last_voiced
             key = len(self._frames)  # all of it: a soft last sound may sit under the voiced windows
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
@@ -413,6 +443,28 @@ class TurnDetector:
         elif self.candidate and self._silence_ms >= self._candidate_end_ms():
             out.append(self._end(t))
         return out
+
+    def _onset_frames(self) -> int:
+        """How many frames before now the turn starts: `preroll_ms` before the speech run that started
+        it, or earlier where the line had already risen over its floor just before that run."""
+        cfg = self.config
+        window_frames = VAD_WINDOW_MS / FRAME_MS
+        run = int(round(self._speech_run_ms / VAD_WINDOW_MS))
+        rises = list(self._rises)
+        loudest = max((level for _, level, _ in rises[len(rises) - run:]), default=-120.0)
+        onset = self._frames_seen - run * window_frames  # the run's first frame
+        gap = 0.0
+        for seen, level, base_db in reversed(rises[:len(rises) - run]):
+            if level >= max(base_db + cfg.onset_rise_db, loudest - cfg.turn_drop_db):
+                onset, gap = seen - window_frames, 0.0
+            else:
+                gap += VAD_WINDOW_MS
+                if gap > cfg.onset_gap_ms:
+                    break
+        back = self._frames_seen - onset + cfg.onset_margin_ms / FRAME_MS
+        longest = int(max(cfg.preroll_ms, cfg.onset_lookback_ms) // FRAME_MS)
+        shortest = int(cfg.preroll_ms // FRAME_MS)
+        return max(1, min(longest, int(round(max(back, shortest)))))
 
     def _covering(self) -> _Heard | None:
         """The latest text, if it covers every voiced frame of the turn."""
