@@ -377,10 +377,12 @@ class TurnDetector:
                 above = max(above, self._peak_db - drop)
             speech = (p >= self.config.threshold and level >= above) or \
                 (p >= self.config.onset_threshold and level >= above + self.config.onset_margin_db)
-            if talking and not speech and p >= self.config.sure_threshold:
+            if (talking or self.in_speech and self._over_agent) and not speech and p >= self.config.sure_threshold:
                 # over the agent in babble the caller may stand only a few dB above the line: a
                 # window the VAD is sure of needs less margin (the echo canceller's residual and
-                # background talkers rarely make it that sure, bench stt's silent-caller rows)
+                # background talkers rarely make it that sure, bench stt's silent-caller rows); so
+                # too for the rest of a turn that interrupted the agent, whose floor was learnt
+                # over the agent's echo
                 sure = max(self.floor_db, echo_db) + self.config.sure_margin_db
                 if self.in_speech:
                     sure = max(sure, self._peak_db - self.config.candidate_drop_db)
