@@ -369,9 +369,10 @@ class TurnDetector:
             if not self._levels:
                 self._levels.add(level)
             self.floor_db = self._levels.value()
+            base_db = max(self.floor_db, echo_db)  # what caller sound must stand above
             talking = agent_talking and (not self.in_speech or self.candidate)
             margin = self.config.barge_margin_db if talking else self.config.floor_margin_db
-            above = max(self.floor_db, echo_db) + margin
+            above = base_db + margin
             if self.in_speech:
                 drop = self.config.candidate_drop_db if self.candidate else self.config.turn_drop_db
                 above = max(above, self._peak_db - drop)
@@ -383,7 +384,7 @@ class TurnDetector:
                 # background talkers rarely make it that sure, bench stt's silent-caller rows); so
                 # too for the rest of a turn that interrupted the agent, whose floor was learnt
                 # over the agent's echo
-                sure = max(self.floor_db, echo_db) + self.config.sure_margin_db
+                sure = base_db + self.config.sure_margin_db
                 if self.in_speech:
                     sure = max(sure, self._peak_db - self.config.candidate_drop_db)
                 speech = level >= sure
@@ -391,7 +392,6 @@ class TurnDetector:
                 self._peak_db = max(self._peak_db, level) if self.in_speech else level
             if not speech:
                 self._levels.add(level)  # the floor learns from what is not caller speech
-            base_db = max(self.floor_db, echo_db)
             self._rises.append((self._frames_seen, level, base_db))
             soft = self.in_speech and not self.candidate and not speech and p >= self.config.tail_threshold and \
                 level >= max(base_db + self.config.tail_margin_db, self._peak_db - self.config.tail_drop_db)
@@ -464,9 +464,7 @@ class TurnDetector:
                 if gap > cfg.onset_gap_ms:
                     break
         back = self._frames_seen - onset + cfg.onset_margin_ms / FRAME_MS
-        longest = int(max(cfg.preroll_ms, cfg.onset_lookback_ms) // FRAME_MS)
-        shortest = int(cfg.preroll_ms // FRAME_MS)
-        return max(1, min(longest, int(round(max(back, shortest)))))
+        return max(1, int(round(max(back, cfg.preroll_ms // FRAME_MS))))  # the preroll's length bounds it
 
     def _covering(self) -> _Heard | None:
         """The latest text, if it covers every voiced frame of the turn."""
