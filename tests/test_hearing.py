@@ -296,6 +296,32 @@ def test_a_node_with_answers_takes_the_reading_that_answers_it(stt, monkeypatch)
     assert stt.transcribe(audio, grammar=menu).text == free
 
 
+def test_a_readings_confidence_is_its_mean_token_probability(stt):
+    """The confidence is exp of the mean log-probability per token, end of text included (Whisper's
+    avg_logprob), checked against the sum of the token log-probabilities the decoder reports when
+    it does not normalise for length. (CTranslate2's default score is already divided by the
+    length; dividing again made a mean probability of 0.55 read as 0.94.)"""
+    audio = caller("I want to check my account balance.").astype(np.float32)
+    encoded, prompt, budget = _encoded(stt, audio)
+    summed = stt.whisper.model.generate(encoded, [prompt], beam_size=1, length_penalty=0.0,
+                                        max_length=len(prompt) + budget, return_scores=True,
+                                        suppress_blank=True, suppress_tokens=list(stt.suppress))[0]
+    tokens = len(summed.sequences_ids[0])
+    (text, logprob), = stt._generate(encoded, prompt, budget, stt.suppress, 1, beam_size=1)[0]
+    assert "balance" in text.lower() and tokens >= 8
+    assert logprob == pytest.approx(summed.scores[0] / (tokens + 1), rel=1e-4)
+    heard = stt.transcribe(audio)
+    assert heard.confidence == pytest.approx(np.exp(heard_logprob(stt, audio)), rel=1e-4)
+    # a line of nothing but babble is read with far less confidence than the caller, if at all
+    noise = babble(3.0, seed=4).astype(np.float32) * 0.05
+    assert stt.transcribe(noise).confidence < heard.confidence - 0.2
+
+
+def heard_logprob(stt, audio):
+    readings, _ = stt._generate(*_encoded(stt, audio), stt.suppress, 1)
+    return readings[0][1]
+
+
 def _encoded(stt, audio):
     """What `_generate` takes for `audio`, as `transcribe` makes it."""
     encoded, budget = stt._encode(audio, 8000)

@@ -42,10 +42,10 @@ NO_SPEECH_LOGPROB = -1.0
 BEAM_SIZE = 5                     # beam search for words (greedy read 7-35 % more of them wrong, bench stt)
 DIGITS_BEAM = 1                   # digit strings greedy: the wide beam added or changed digits in them
 NBEST = 3                         # readings weighed on a node with answers...
-NBEST_MARGIN = 0.35               # ...one that answers it wins within this mean log-probability of the best
+NBEST_MARGIN = 0.7                # ...one that answers it wins within this mean log-probability of the best
 DIGITS_NBEST = 3                  # a digits node's digits-only readings: the first with as many digits
                                   # as the node takes is taken
-WORDS_LOGPROB = -0.5              # a digits node's free reading with no digits, this sure, is words ("operator")
+WORDS_LOGPROB = -1.0              # a digits node's free reading with no digits, this sure, is words ("operator")
 
 
 class SttError(CallcenterError, RuntimeError):
@@ -276,7 +276,7 @@ class WhisperStt:
         for ids, score in zip(result.sequences_ids, result.scores):
             tokens = [t for t in ids if t < self.tokenizer.eot]
             readings.append((drop_repeats(self.tokenizer.decode(tokens).strip()) if tokens else "",
-                             score / (len(tokens) + 1)))
+                             mean_logprob(score, len(ids))))
         return readings, result.no_speech_prob
 
     def transcribe_long(self, pcm: bytes, rate: int = SAMPLE_RATE) -> list[tuple[float, float, Transcript]]:
@@ -290,6 +290,13 @@ class WhisperStt:
         if hint:
             prompt = [self.tokenizer.sot_prev] + self.tokenizer.encode(" " + hint.strip())[-100:]
         return prompt + list(self.tokenizer.sot_sequence) + [self.tokenizer.no_timestamps]
+
+
+def mean_logprob(score: float, tokens: int) -> float:
+    """A reading's mean log-probability per token, end of text included (Whisper's avg_logprob),
+    from CTranslate2's score, which is already the sum over the `tokens` tokens divided by their
+    number (length_penalty 1)."""
+    return score * tokens / (tokens + 1)
 
 
 def long_windows(audio: np.ndarray, rate: int, window_s: float = LONG_WINDOW_S,

@@ -48,7 +48,7 @@ INTERRUPT_WORDS = frozenset("stop wait hold sorry pardon excuse operator agent h
                             "help cancel".split())  # not "no": in babble Whisper hears it in "okay, yeah"
 INTERRUPT_MIN_WORDS = 3
 CONFIDENT_WORDS = 2  # ...or this many, read with at least CONFIDENT confidence, one of them a content
-CONFIDENT = 0.8      # word of CONTENT_LETTERS or more (a clear short phrase, not a misheard "uh-huh")
+CONFIDENT = 0.5      # word of CONTENT_LETTERS or more (a clear short phrase, not a misheard "uh-huh")
 CONTENT_LETTERS = 5
 UNFINISHED_ENDINGS = frozenset("and or but so um uh is are was my the a to of er because then".split())
 _WORD = re.compile(r"[a-z0-9'-]+")

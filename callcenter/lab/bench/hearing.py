@@ -13,7 +13,8 @@ lines made here (`linesim.py`). Sections (`--parts`):
   barge-ins while the caller line carries only babble or white noise at 10 dB; real interruptions
   (eval utterances, on a clean line and in babble): time from speech onset to the agent falling
   silent, to the interruption being confirmed, and misses;
-  backchannels ("okay", "mm-hm") that must not stop the agent.
+  backchannels ("okay", "mm-hm") that must not stop the agent; the WER of what the interrupting
+  callers were heard to say (their whole turn, first words included).
 - `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
   recognized exactly: as a digits node decodes (`grammar`), with the written-digits prompt digits
   nodes used to give (`hint`), and plain (`free`).
@@ -196,9 +197,10 @@ def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
                 r = replay(stt, _with_tail(x, 2.5), expect=expect, tail_s=0.0, config=config)
                 cpu += r.cpu_s
                 audio += r.seconds
-                if r.finals:
-                    ready.append((r.finals[-1].ready_t - speech_end) * 1000)
-                    ended.append((r.finals[-1].ended_t - speech_end) * 1000)
+                heard = [f for f in r.finals if f.text.strip()]  # a turn of background noise read as
+                if heard:                                          # nothing is not the caller's
+                    ready.append((heard[-1].ready_t - speech_end) * 1000)
+                    ended.append((heard[-1].ended_t - speech_end) * 1000)
                 pairs.append((e["text"], " ".join(f.text for f in r.finals)))
             row = {"utterances": len(entries), "final_ms_p50": _pct(ready, 50), "final_ms_p95": _pct(ready, 95),
                    "turn_end_ms_p50": _pct(ended, 50), "turn_end_ms_p95": _pct(ended, 95),
@@ -250,9 +252,10 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
         result[f"silent_caller_{cond}"] = {"false_barge_in_rate": round(false_barge / turns, 3),
                                            "false_pause_rate": round(false_pause / turns, 3)}
     for cond in ("clean", "babble10"):
-        stop_ms, barge_ms, missed = [], [], 0
+        stop_ms, barge_ms, missed, heard = [], [], 0, []
         for i, (text, agent) in enumerate(prompts):
-            x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak("Stop, I want billing.", "awb")
+            said = clean[i % len(clean)]["text"] if clean else "Stop, I want billing."
+            x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak(said, "awb")
             onset = INTERRUPT_AT_S + _onset_s(x)
             background = noises[cond][: len(agent)] if cond in noises else np.zeros(len(agent))
             r = run(text, agent, place(background, x, INTERRUPT_AT_S))
@@ -261,9 +264,11 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
                 continue
             stop_ms.append((r.agent_stopped_t - onset) * 1000)
             barge_ms.append((r.barge_in_t - onset) * 1000)
+            heard.append((said, " ".join(f.text for f in r.finals)))
         result[f"interruptions_{cond}"] = {
             "agent_silent_ms_p50": _pct(stop_ms, 50), "agent_silent_ms_p95": _pct(stop_ms, 95),
-            "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3)}
+            "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3),
+            "wer_of_interruptions": round(wer(heard), 4) if heard else None}
     false_barge = resumed = 0
     for i, (text, agent) in enumerate(prompts):
         word = speak(BACKCHANNEL_WORDS[i % len(BACKCHANNEL_WORDS)], BACKCHANNEL_VOICES[i % len(BACKCHANNEL_VOICES)])
