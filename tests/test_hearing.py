@@ -14,11 +14,14 @@ from callcenter.text.digits import digit_runs, spoken_digits
 from callcenter.hearing.echo import EchoCanceller
 from callcenter.hearing.front import HearingConfig
 from callcenter.call.caller import EchoPath, speak
+from tests.conftest import SHARED_EVAL
 from callcenter.lab.linesim import active_rms, babble, noise_at, place
 from callcenter.lab.replay import replay
 from callcenter.hearing.stt import drop_repeats
 from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Resume, Started, TurnConfig,
                                      is_backchannel)
+
+needs_eval = pytest.mark.skipif(not (SHARED_EVAL / "manifest.jsonl").exists(), reason="needs ../shared/eval")
 
 PROMPT = ("Thank you for calling Example Telecom. How can I help you today? You can say billing or press "
           "one, or say technical support or press two.")
@@ -136,6 +139,54 @@ def _turn_audio_from(replayed) -> float:
     """Where the audio of the replayed call's last turn begins on the line (its pcm runs to the end)."""
     t, ended = replayed.of(Ended)[-1]
     return t + 0.02 - ended.turn.seconds
+
+
+def _interrupting(eval_id, prompt_index, agent_voice):
+    """`bench stt`'s barge-in scene: the agent reads a prompt (its echo coming back), a caller from
+    ../shared/eval interrupts 1 s in over six-talker babble 10 dB below them."""
+    from callcenter.audio.frames import pcm_to_float
+    from callcenter.audio.wavfile import read_wav
+    from callcenter.lab.bench.hearing import PROMPTS
+
+    def wav(name):
+        return pcm_to_float(read_wav(SHARED_EVAL / "clean" / f"{name}.wav")).astype(np.float64)
+
+    text = PROMPTS[prompt_index]
+    agent = speak(text, agent_voice)
+    x = wav(eval_id)
+    # the bench's babble: as long as its longest prompt plus 3 s, 10 dB under its median caller
+    noise_s = max(len(speak(PROMPTS[i % 4], ["joe", "awb", "slt"][i % 3])) for i in range(12)) / 8000 + 3
+    caller_rms = float(np.median([active_rms(wav(f"u{i:03d}")) for i in range(20)]))
+    noise = noise_at(babble(noise_s, seed=1), caller_rms, 10)
+    line = place(noise[:max(len(agent), 8000 + len(x))], x, 1.0)
+    onset = 1.0 + np.flatnonzero(np.abs(x) > 0.01)[0] / 8000
+    return line, agent, text, onset
+
+
+@needs_eval
+def test_a_caller_interrupting_softly_over_the_agent_is_heard_from_the_first_word(stt):
+    """Over the agent in babble the caller's first words stand less than 4 dB above the agent's
+    echo, and the turn is declared half a second in. The turn's audio reaches back over the windows
+    the VAD took for speech (`onset_vad`), so "I need to" is heard; by level alone it was cut."""
+    line, agent, text, onset = _interrupting("u005", 1, "slt")
+    r = replay(stt, line, agent, echo=EchoPath(), agent_text=text)
+    assert r.barge_in_t is not None and r.of(Started)[0][1].at > onset + 0.3
+    assert _turn_audio_from(r) <= onset + 0.05 and "need" in r.finals[-1].text.lower()
+    by_level = replay(stt, line, agent, echo=EchoPath(), agent_text=text,
+                      config=HearingConfig(turns=TurnConfig(onset_vad=1.01)))
+    assert _turn_audio_from(by_level) > onset + 0.2
+
+
+@needs_eval
+def test_a_piece_set_aside_over_the_agent_is_not_lost_to_the_turn_after_it(stt):
+    """"I moved to" over the agent is set aside (two words, no content word: not an interruption),
+    and the caller goes on, "a new address last month", which is confirmed. The set-aside piece
+    stays in the line's recent past, so the turn reaches back into it for its onset."""
+    line, agent, text, onset = _interrupting("u014", 2, "slt")
+    r = replay(stt, line, agent, echo=EchoPath(), agent_text=text)
+    assert r.barge_in_t is not None and len(r.of(Started)) == 2 and len(r.of(Resume)) == 1
+    assert r.of(Started)[1][1].at > onset + 0.5
+    assert _turn_audio_from(r) <= onset + 0.05 and "moved" in r.finals[-1].text.lower()
 
 
 def test_a_start_heard_late_in_babble_keeps_the_callers_first_words(stt):

@@ -98,14 +98,18 @@ class TurnConfig:
     start_ms: float = 64  # speech needed to declare the caller started
     min_speech_ms: float = 160  # a blip shorter than this is dropped, not a turn
     preroll_ms: float = 300  # audio kept from before the start so the first phoneme is not clipped
-    # ...and further back, up to `onset_lookback_ms`, while the line stood `onset_rise_db` above its
-    # floor and within `turn_drop_db` of the starting run, with no gap over `onset_gap_ms`: in babble
-    # silero rises slowly, and a start declared late lost the caller's first words (bench stt, babble
-    # 10 dB: "can I pay by credit card" was heard as "A5 credit")
+    # ...and further back, up to `onset_lookback_ms`, while the line stood within `turn_drop_db` of
+    # the starting run and either `onset_rise_db` above its floor (or the agent's echo) or the VAD
+    # was past `onset_vad`, with no gap over `onset_gap_ms`: in babble silero rises slowly, and a
+    # start declared late lost the caller's first words (bench stt, babble 10 dB: "can I pay by
+    # credit card" was heard as "A5 credit"); over the agent's echo the caller's first words stand
+    # less than 4 dB above it, where only the VAD tells them ("I need to reset my password" heard
+    # as "reset my password")
     onset_lookback_ms: float = 1000
     onset_rise_db: float = 4.0
     onset_gap_ms: float = 128
     onset_margin_ms: float = 100
+    onset_vad: float = 0.5
     max_turn_s: float = 30.0
     pause_ms: float = 96  # silence after which the session decodes what was said so far
     quick_end_ms: float = 300  # silence that ends a turn whose text already answers the node
@@ -243,7 +247,7 @@ class TurnDetector:
         self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(max(self.config.preroll_ms,
                                                                        self.config.onset_lookback_ms) // FRAME_MS)))
         # (frames seen by the window's end, its level, the line's floor or echo) for the onset look-back
-        self._rises: deque[tuple[int, float, float]] = deque(maxlen=int(self.config.onset_lookback_ms // VAD_WINDOW_MS) + 8)
+        self._rises: deque[tuple[int, float, float, float]] = deque(maxlen=int(self.config.onset_lookback_ms // VAD_WINDOW_MS) + 8)
         self._frames_seen = 0
         self._levels = RollingPercentile(int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS),
                                          self.config.floor_percentile)
@@ -392,7 +396,7 @@ class TurnDetector:
                 self._peak_db = max(self._peak_db, level) if self.in_speech else level
             if not speech:
                 self._levels.add(level)  # the floor learns from what is not caller speech
-            self._rises.append((self._frames_seen, level, base_db))
+            self._rises.append((self._frames_seen, level, base_db, p))
             soft = self.in_speech and not self.candidate and not speech and p >= self.config.tail_threshold and \
                 level >= max(base_db + self.config.tail_margin_db, self._peak_db - self.config.tail_drop_db)
             out += self._window(speech, t, agent_talking, soft)
@@ -453,11 +457,11 @@ class TurnDetector:
         window_frames = VAD_WINDOW_MS / FRAME_MS
         run = int(round(self._speech_run_ms / VAD_WINDOW_MS))
         rises = list(self._rises)
-        loudest = max((level for _, level, _ in rises[len(rises) - run:]), default=-120.0)
+        loudest = max((level for _, level, _, _ in rises[len(rises) - run:]), default=-120.0)
         onset = self._frames_seen - run * window_frames  # the run's first frame
         gap = 0.0
-        for seen, level, base_db in reversed(rises[:len(rises) - run]):
-            if level >= max(base_db + cfg.onset_rise_db, loudest - cfg.turn_drop_db):
+        for seen, level, base_db, p in reversed(rises[:len(rises) - run]):
+            if level >= loudest - cfg.turn_drop_db and (level >= base_db + cfg.onset_rise_db or p >= cfg.onset_vad):
                 onset, gap = seen - window_frames, 0.0
             else:
                 gap += VAD_WINDOW_MS
@@ -506,18 +510,22 @@ class TurnDetector:
         if voiced < cfg.min_speech_ms and not (heard is not None and self.expect.complete(heard.text)):
             # short and not an answer the recognizer read: a blip. A short answer ("yes", "two")
             # is kept however little of it was voiced
-            return self._discard(t, "too short", over_agent and not confirmed, voiced)
+            return self._discard(t, "too short", over_agent and not confirmed, voiced, frames)
         if over_agent and not confirmed:
             reason = self._not_an_interruption(heard.text, heard.confidence) if heard is not None else "noise"
             if reason is not None:
                 # only words that may start a longer phrase carry their speech into the next piece
-                return self._discard(t, reason, True, voiced if reason == "not an interruption" else 0.0)
+                return self._discard(t, reason, True, voiced if reason == "not an interruption" else 0.0, frames)
         pcm = b"".join(f.pcm for f in frames)
         turn = Turn(pcm, start, t, heard.text if heard else None, heard.confidence if heard else 0.0,
                     over_agent, turn_id, last_voiced, heard.key if heard else 0)
         return Ended(turn, silence, why)
 
-    def _discard(self, t: float, reason: str, resume: bool, voiced_ms: float = 0.0) -> Event:
+    def _discard(self, t: float, reason: str, resume: bool, voiced_ms: float, frames: list[AudioFrame]) -> Event:
+        # a piece discarded stays the line's recent past: a turn starting just after it looks back
+        # into it for its onset ("I moved to", taken over the agent for background talk, then "a new
+        # address last month" confirmed: the caller's first words were lost with the piece)
+        self._preroll.extend(frames)
         if resume:
             self._resumed_at, self._carried_ms = t, voiced_ms
             return Resume(t, reason)

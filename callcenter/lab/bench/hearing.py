@@ -257,7 +257,8 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
             said = clean[i % len(clean)]["text"] if clean else "Stop, I want billing."
             x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak(said, "awb")
             onset = INTERRUPT_AT_S + _onset_s(x)
-            background = noises[cond][: len(agent)] if cond in noises else np.zeros(len(agent))
+            reach = max(len(agent), int(INTERRUPT_AT_S * SAMPLE_RATE) + len(x))  # the caller's whole turn
+            background = noises[cond][:reach] if cond in noises else np.zeros(reach)
             r = run(text, agent, place(background, x, INTERRUPT_AT_S))
             if r.barge_in_t is None:
                 missed += 1
