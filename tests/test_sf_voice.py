@@ -122,3 +122,23 @@ def test_a_voice_file_can_widen_its_intonation_about_its_centre(monkeypatch):
     assert voiced.mean() > 0.3 and np.array_equal(voiced, f0_wide > 0) and np.array_equal(coefs, coefs_wide)
     assert np.allclose(np.log(f0_wide[voiced]) - 5.25, 1.6 * (np.log(f0[voiced]) - 5.25), atol=1e-4)
     assert len(wide) == len(plain)
+
+
+def test_the_voice_says_no_where_the_text_says_no():
+    """hibari's G2P reads a lowercase "no." as "number": "Please say yes or no." (the pharmacy
+    flow's question) came out "yes or number". The word stays a word; "no. 5" is still a number."""
+    import json
+    import os
+
+    from hibari import tts as hibari_tts
+
+    with open(os.path.join(hibari_tts.ASSETS, "vocab.json"), encoding="utf-8") as f:
+        symbol = {i: c for c, i in json.load(f).items()}
+    g2p = SfVoice.g2p()
+
+    def spoken(text):
+        return " ".join("".join(symbol[i] for i in ids[1:-1]) for ids in g2p(text))
+
+    assert spoken("Please say yes or no.") == spoken("Please say yes or no!")[:-1] + "."
+    assert "mbəɹ" not in spoken("I said no. Goodbye.")
+    assert "mbəɹ" in spoken("Please say yes or number.") and "mbəɹ" in spoken("Dial no. 5 now.")

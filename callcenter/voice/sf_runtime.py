@@ -12,6 +12,7 @@ step.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -140,6 +141,16 @@ class SourceFilterStream:
             self.pulse_start += drop
 
 
+# hibari's G2P reads a lowercase "no." as the abbreviation, "number", wherever it stands: "Please
+# say yes or no." came out "yes or number". Before a digit it is one ("no. 5"); elsewhere the word.
+_NO_FULL_STOP = re.compile(r"\bno\.(?!\s*\d)")
+
+
+def spoken_as_words(text: str) -> str:
+    """`text` with what hibari's G2P would read as an abbreviation but is a word kept a word."""
+    return _NO_FULL_STOP.sub("no .", text)
+
+
 _LOADED: dict[str, "SfVoice"] = {}
 
 
@@ -169,7 +180,7 @@ class SfVoice:
 
         def ids(text: str) -> list[list[int]]:
             return [[0, *[vocab[c] for c in ph if c in vocab], 0]
-                    for ph in hibari_tts.Hibari.phonemize(front, text) if ph.strip()]
+                    for ph in hibari_tts.Hibari.phonemize(front, spoken_as_words(text)) if ph.strip()]
 
         return ids
 
