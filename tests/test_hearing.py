@@ -4,6 +4,7 @@ The lines are made here (this project's voices for the agent, flite for callers,
 µ-law path) and run through the same stages a call uses (`replay`), decodes included."""
 
 import re
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -141,34 +142,34 @@ def _turn_audio_from(replayed) -> float:
     return t + 0.02 - ended.turn.seconds
 
 
-def _interrupting(eval_id, prompt_index, agent_voice):
-    """`bench stt`'s barge-in scene: the agent reads a prompt (its echo coming back), a caller from
-    ../shared/eval interrupts 1 s in over six-talker babble 10 dB below them."""
-    from callcenter.audio.frames import pcm_to_float
-    from callcenter.audio.wavfile import read_wav
-    from callcenter.lab.bench.hearing import PROMPTS
+@pytest.fixture(scope="module")
+def bargein_scene():
+    """`bench stt`'s barge-in part, its material made by the bench's own code."""
+    from callcenter.lab.bench import hearing as bench
 
-    def wav(name):
-        return pcm_to_float(read_wav(SHARED_EVAL / "clean" / f"{name}.wav")).astype(np.float64)
+    by_cond = defaultdict(list)
+    for e in bench.load_manifest(SHARED_EVAL):
+        by_cond[e["cond"]].append(e)
+    return bench.bargein_scene(by_cond, SHARED_EVAL)
 
-    text = PROMPTS[prompt_index]
-    agent = speak(text, agent_voice)
-    x = wav(eval_id)
-    # the bench's babble: as long as its longest prompt plus 3 s, 10 dB under its median caller
-    noise_s = max(len(speak(PROMPTS[i % 4], ["joe", "awb", "slt"][i % 3])) for i in range(12)) / 8000 + 3
-    caller_rms = float(np.median([active_rms(wav(f"u{i:03d}")) for i in range(20)]))
-    noise = noise_at(babble(noise_s, seed=1), caller_rms, 10)
-    line = place(noise[:max(len(agent), 8000 + len(x))], x, 1.0)
+
+def _interrupting(scene, turn):
+    """The bench's agent turn `turn`: the agent reads its prompt (the echo coming back), and that
+    turn's caller from ../shared/eval interrupts 1 s in over six-talker babble 10 dB below them."""
+    from callcenter.lab.bench.hearing import _samples, interruption_line
+
+    text, agent = scene.prompts[turn]
+    x = _samples(SHARED_EVAL / scene.clean[turn]["path"]).astype(np.float64)
     onset = 1.0 + np.flatnonzero(np.abs(x) > 0.01)[0] / 8000
-    return line, agent, text, onset
+    return interruption_line(scene.noises["babble10"], agent, x), agent, text, onset
 
 
 @needs_eval
-def test_a_caller_interrupting_softly_over_the_agent_is_heard_from_the_first_word(stt):
+def test_a_caller_interrupting_softly_over_the_agent_is_heard_from_the_first_word(stt, bargein_scene):
     """Over the agent in babble the caller's first words stand less than 4 dB above the agent's
     echo, and the turn is declared half a second in. The turn's audio reaches back over the windows
     the VAD took for speech (`onset_vad`), so "I need to" is heard; by level alone it was cut."""
-    line, agent, text, onset = _interrupting("u005", 1, "slt")
+    line, agent, text, onset = _interrupting(bargein_scene, 5)  # ../shared/eval u005
     r = replay(stt, line, agent, echo=EchoPath(), agent_text=text)
     assert r.barge_in_t is not None and r.of(Started)[0][1].at > onset + 0.3
     assert _turn_audio_from(r) <= onset + 0.05 and "need" in r.finals[-1].text.lower()
@@ -178,11 +179,11 @@ def test_a_caller_interrupting_softly_over_the_agent_is_heard_from_the_first_wor
 
 
 @needs_eval
-def test_a_piece_set_aside_over_the_agent_is_not_lost_to_the_turn_after_it(stt):
+def test_a_piece_set_aside_over_the_agent_is_not_lost_to_the_turn_after_it(stt, bargein_scene):
     """"I moved to" over the agent is set aside (two words, no content word: not an interruption),
     and the caller goes on, "a new address last month", which is confirmed. The set-aside piece
     stays in the line's recent past, so the turn reaches back into it for its onset."""
-    line, agent, text, onset = _interrupting("u014", 2, "slt")
+    line, agent, text, onset = _interrupting(bargein_scene, 14)  # ../shared/eval u014
     r = replay(stt, line, agent, echo=EchoPath(), agent_text=text)
     assert r.barge_in_t is not None and len(r.of(Started)) == 2 and len(r.of(Resume)) == 1
     assert r.of(Started)[1][1].at > onset + 0.5
@@ -362,15 +363,11 @@ def test_a_readings_confidence_is_its_mean_token_probability(stt):
     assert "balance" in text.lower() and tokens >= 8
     assert logprob == pytest.approx(summed.scores[0] / (tokens + 1), rel=1e-4)
     heard = stt.transcribe(audio)
-    assert heard.confidence == pytest.approx(np.exp(heard_logprob(stt, audio)), rel=1e-4)
+    (_, best), *_ = stt._generate(encoded, prompt, budget, stt.suppress, 1)[0]
+    assert heard.confidence == pytest.approx(np.exp(best), rel=1e-4)
     # a line of nothing but babble is read with far less confidence than the caller, if at all
     noise = babble(3.0, seed=4).astype(np.float32) * 0.05
     assert stt.transcribe(noise).confidence < heard.confidence - 0.2
-
-
-def heard_logprob(stt, audio):
-    readings, _ = stt._generate(*_encoded(stt, audio), stt.suppress, 1)
-    return readings[0][1]
 
 
 def _encoded(stt, audio):

@@ -246,7 +246,7 @@ class TurnDetector:
         self.expect = Expectation()
         self._preroll: deque[AudioFrame] = deque(maxlen=max(1, int(max(self.config.preroll_ms,
                                                                        self.config.onset_lookback_ms) // FRAME_MS)))
-        # (frames seen by the window's end, its level, the line's floor or echo) for the onset look-back
+        # (frames seen by the window's end, its level, the line's floor or echo, the VAD's p) for the onset look-back
         self._rises: deque[tuple[int, float, float, float]] = deque(maxlen=int(self.config.onset_lookback_ms // VAD_WINDOW_MS) + 8)
         self._frames_seen = 0
         self._levels = RollingPercentile(int(self.config.floor_window_s * 1000 / VAD_WINDOW_MS),

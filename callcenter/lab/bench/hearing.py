@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -222,22 +223,51 @@ PROMPTS = [
 BACKCHANNEL_WORDS = ["Okay.", "Yeah.", "Uh-huh.", "Right.", "Sure.", "Okay, yeah."]
 BACKCHANNEL_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb"]  # ("mm-hm" they spell out)
 INTERRUPT_AT_S = 1.0
+AGENT_VOICES = ("joe", "awb", "slt")  # who reads the barge-in part's prompts, turn by turn
 DIGIT_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb", "joe"]
 
 
-def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
-    from callcenter.call.caller import EchoPath, speak
-    from callcenter.lab.linesim import active_rms, babble, noise_at, place, white
-    from callcenter.lab.replay import replay
+@dataclass
+class BargeInScene:
+    """The barge-in part's material: per agent turn the prompt and its audio, and the caller of that
+    turn (an eval utterance); the callers' median level and the background noises under them."""
+    prompts: list[tuple[str, np.ndarray]]
+    clean: list[dict]
+    caller_rms: float
+    noises: dict[str, np.ndarray]
 
-    turns = limit or 20
-    prompts = [(PROMPTS[i % len(PROMPTS)], speak(PROMPTS[i % len(PROMPTS)], ["joe", "awb", "slt"][i % 3]))
+
+def bargein_scene(by_cond: dict, eval_dir: Path, turns: int = 20) -> BargeInScene:
+    from callcenter.call.caller import speak
+    from callcenter.lab.linesim import active_rms, babble, noise_at, white
+
+    prompts = [(PROMPTS[i % len(PROMPTS)], speak(PROMPTS[i % len(PROMPTS)], AGENT_VOICES[i % len(AGENT_VOICES)]))
                for i in range(turns)]
     clean = by_cond.get("clean", [])[:turns]
     caller_rms = float(np.median([active_rms(_samples(eval_dir / e["path"])) for e in clean])) if clean else 0.05
     noise_s = max(len(a) for _, a in prompts) / SAMPLE_RATE + 3
     noises = {"babble10": noise_at(babble(noise_s, seed=1), caller_rms, 10),
               "white10": noise_at(white(noise_s, seed=1), caller_rms, 10)}
+    return BargeInScene(prompts, clean, caller_rms, noises)
+
+
+def interruption_line(background: np.ndarray | None, agent: np.ndarray, caller: np.ndarray) -> np.ndarray:
+    """The caller's line: `caller` from INTERRUPT_AT_S into the agent's prompt, over `background`
+    (None: a clean line), long enough for the prompt and the caller's whole turn."""
+    from callcenter.lab.linesim import place
+
+    reach = max(len(agent), int(INTERRUPT_AT_S * SAMPLE_RATE) + len(caller))
+    return place(background[:reach] if background is not None else np.zeros(reach), caller, INTERRUPT_AT_S)
+
+
+def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
+    from callcenter.call.caller import EchoPath, speak
+    from callcenter.lab.linesim import active_rms, place
+    from callcenter.lab.replay import replay
+
+    turns = limit or 20
+    scene = bargein_scene(by_cond, eval_dir, turns)
+    prompts, clean, caller_rms, noises = scene.prompts, scene.clean, scene.caller_rms, scene.noises
     result: dict = {"agent_turns": turns, "caller_rms_dbfs": round(20 * np.log10(caller_rms), 1)}
 
     def run(text, agent, line):
@@ -257,9 +287,7 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
             said = clean[i % len(clean)]["text"] if clean else "Stop, I want billing."
             x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak(said, "awb")
             onset = INTERRUPT_AT_S + _onset_s(x)
-            reach = max(len(agent), int(INTERRUPT_AT_S * SAMPLE_RATE) + len(x))  # the caller's whole turn
-            background = noises[cond][:reach] if cond in noises else np.zeros(reach)
-            r = run(text, agent, place(background, x, INTERRUPT_AT_S))
+            r = run(text, agent, interruption_line(noises.get(cond), agent, x))
             if r.barge_in_t is None:
                 missed += 1
                 continue
