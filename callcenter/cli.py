@@ -168,12 +168,18 @@ def cmd_voice_train(args) -> int:
     from callcenter.voice.runtime import VOICES_FILE
 
     if args.voices.startswith("heart=hibari"):  # the source-filter voice, distilled from hibari-tts
-        from callcenter.voice.sf_train import export
+        from callcenter.voice.sf_train import FINE_TUNE_LR, LR, export, init_history
         from callcenter.voice.sf_train import train as train_sf
         from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
         out = Path(args.out) if args.out else SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
-        export(train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads), out)
+        init = Path(args.init) if args.init else None
+        if init is not None and not init.is_file():
+            raise CliError(f"--init {init}: no such voice file")
+        history = init_history(init)  # read before `out` (it may be the same file) is rewritten
+        ckpt = train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads, init=init,
+                        lr_peak=FINE_TUNE_LR if init else LR)
+        export(ckpt, out, history)
         print(f"voice heart written to {out}")
         return 0
     try:
@@ -537,6 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="NAME=TEACHER,... (piper:joe, flite:awb, ...); heart=hibari trains the source-filter "
                         "voice from hibari-tts af_heart")
     v.add_argument("--minutes", type=float, default=60, help="heart=hibari: the time budget")
+    v.add_argument("--init", default=None, help="heart=hibari: go on training from this voice file")
     v.add_argument("--work", default="build/voices", help="cache for teacher audio and checkpoints")
     v.add_argument("--steps", type=int, default=6000)
     v.add_argument("--threads", type=int, default=2)

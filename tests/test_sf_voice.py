@@ -142,3 +142,34 @@ def test_the_voice_says_no_where_the_text_says_no():
     assert spoken("Please say yes or no.") == spoken("Please say yes or no!")[:-1] + "."
     assert "mbəɹ" not in spoken("I said no. Goodbye.")
     assert "mbəɹ" in spoken("Please say yes or number.") and "mbəɹ" in spoken("Dial no. 5 now.")
+
+
+def test_training_goes_on_from_a_voice_file_with_its_weights(tmp_path):
+    """`sf_train --init`: a voice file (half precision) back into the torch model gives the torch
+    model what the numpy voice computes."""
+    from callcenter.voice.sf_train import from_voice_file
+
+    torch.manual_seed(1)
+    path = tmp_path / "sf.npz"
+    export_sf_voice(path, SfVoiceModel(SfConfig(dim=32, encoder_layers=2, decoder_layers=2, state=8)).eval())
+    voice, model = SfVoice(path), from_voice_file(path).eval()
+    assert model.config == SfConfig(dim=32, encoder_layers=2, decoder_layers=2, state=8)
+    cond = voice.plan([0, 5, 17, 42, 9, 3, 0])
+    with torch.no_grad():
+        parallel = model.decode(torch.from_numpy(cond)[None])[0].numpy()
+    assert np.allclose(np.concatenate(list(voice.frames(cond))), parallel, atol=2e-3)
+
+
+def test_the_teacher_reads_training_text_as_the_voice_reads_it_on_a_call(tmp_path):
+    """The student learns from the phonemes it is given at run time: our number reading and
+    sentence split (`speech_chunks`), then the voice's G2P with its guard, phrase by phrase."""
+    pytest.importorskip("onnx")
+    from callcenter.voice.hibari_teacher import build_dataset, load_dataset
+    from callcenter.voice.text import speech_chunks
+
+    text = "Your bill is $54.28, due 2026-03-01. Please say yes or no."
+    data = load_dataset(build_dataset([text], tmp_path / "teacher.npz"))
+    g2p = SfVoice.g2p()
+    spoken = [ids for chunk in speech_chunks(text) for ids in g2p(chunk.text)]
+    assert [list(u["ids"]) for u in data] == spoken and len(spoken) >= 2
+    assert all(u["durations"].sum() == len(u["f0"]) == len(u["coefs"]) for u in data)

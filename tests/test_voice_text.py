@@ -1,5 +1,7 @@
 """The text front end reads numbers the way a phone agent does."""
 
+import re
+
 import pytest
 
 from callcenter.voice.text import Chunk, normalize, speech_chunks, spell_digits, split_ready_sentences
@@ -45,3 +47,17 @@ def test_streamed_text_is_released_sentence_by_sentence():
     done, rest = split_ready_sentences("Sure. Your balance is ")
     assert done == ["Sure."] and rest == "Your balance is "
     assert split_ready_sentences("no end yet") == ([], "no end yet")
+
+
+def test_the_voice_learns_conversation_beyond_its_prompt_templates():
+    """The source-filter voice's corpus holds short replies, questions and read-backs as well as
+    the prompt templates: filled in completely, the same for a seed, each one spoken words."""
+    from callcenter.voice.corpus import conversation_lines, training_sentences
+
+    lines = conversation_lines(300, seed=3)
+    assert lines == conversation_lines(300, seed=3) and lines != conversation_lines(300, seed=4)
+    assert not any("{" in s or "}" in s for s in lines)
+    assert sum(len(s.split()) <= 2 for s in lines) > 30  # "Yes.", "Got it.": a voice said them badly
+    assert all(chunk.text and re.fullmatch(r"[A-Za-z ,.'?!-]+", chunk.text)
+               for s in lines for chunk in speech_chunks(s) if not chunk.pause_ms)
+    assert set(lines[:50]) <= set(training_sentences(agent=10, conversation=300, seed=3))

@@ -70,13 +70,18 @@ class HibariTeacher:
 
 
 def build_dataset(sentences: list[str], out: Path) -> Path:
-    """Every sentence (each of hibari's phrases) through the teacher, saved as one npz."""
-    teacher = HibariTeacher()
+    """Every sentence through the teacher, saved as one npz: read as the voice reads it at run time
+    (`text.speech_chunks`: our number reading, sentence by sentence; then `SfVoice.g2p`, hibari's
+    G2P with its guard, phrase by phrase), so the student learns the phonemes it will be given."""
+    from callcenter.voice.sf_runtime import SfVoice
+    from callcenter.voice.text import speech_chunks
+
+    teacher, g2p = HibariTeacher(), SfVoice.g2p()
     utts = []
     for text in sentences:
-        for ph in teacher.phonemes(text):
-            if ph.strip():
-                utts.append(teacher.utterance(text, ph))
+        for chunk in speech_chunks(text):
+            for ids in g2p(chunk.text) if chunk.text else []:
+                utts.append(teacher.from_ids(ids, chunk.text))
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
         out,

@@ -2,7 +2,7 @@
 
     python -m callcenter.voice.sf_train --work build/sf --minutes 45
 
-builds the teacher's dataset once (`build/sf/teacher.npz`, ~20 ms a sentence), then trains with
+builds the teacher's dataset once (`build/sf/teacher-v2.npz`, ~20 ms a sentence), then trains with
 checkpoints every 200 steps (`build/sf/ckpt.pt`, resumed when present) until the step count or the
 time budget runs out, and exports `build/sf/voice.pt` (the weights for export).
 """
@@ -23,6 +23,12 @@ BATCH = 16
 LR = 2e-3
 CKPT_EVERY = 200
 WINDOW = 96  # frames (1.2 s) of each utterance per step
+CONVERSATION_LINES = 1500  # corpus.conversation_lines beside the agent lines and prose
+# the teacher's frames for the corpus; named for what it holds: v2 reads the text as calls do and
+# adds the conversation lines (a work folder's older teacher.npz is not reused)
+TEACHER_DATA = "teacher-v2.npz"
+CORPUS = "v2: agent lines, prose and conversation lines, read as calls read them"
+FINE_TUNE_LR = 5e-4  # the peak learning rate when going on from a voice file (`--init`)
 
 
 def batches(data: list[dict], rng: random.Random, size: int = BATCH):
@@ -62,18 +68,34 @@ def crop(cond: torch.Tensor, b: dict, rng: random.Random, window: int = WINDOW) 
     return take(cond), out
 
 
-def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: int = 2500) -> Path:
+def from_voice_file(path: Path) -> SfVoiceModel:
+    """A model with a voice file's weights (`export_sf_voice`: half precision back to single), to
+    train on from there."""
+    import json
+
+    import numpy as np
+
+    blob = np.load(path)
+    meta = json.loads(str(blob["__meta__"]))
+    model = SfVoiceModel(SfConfig(**meta["config"]))
+    model.load_state_dict({k: torch.from_numpy(blob[k].astype(np.float32)) for k in blob.files if k != "__meta__"})
+    return model
+
+
+def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: int = 2500,
+          conversation: int = CONVERSATION_LINES, init: Path | None = None, lr_peak: float = LR) -> Path:
+    """Train (or, with `init`, go on training a voice file) until `steps` or `minutes` run out."""
     from callcenter.voice.corpus import training_sentences
     from callcenter.voice.hibari_teacher import build_dataset, load_dataset
 
     torch.set_num_threads(threads)
     work.mkdir(parents=True, exist_ok=True)
-    data_path = work / "teacher.npz"
+    data_path = work / TEACHER_DATA
     if not data_path.exists():
-        build_dataset(training_sentences(agent=sentences, seed=0), data_path)
+        build_dataset(training_sentences(agent=sentences, seed=0, conversation=conversation), data_path)
     data = load_dataset(data_path)
-    model = SfVoiceModel(SfConfig())
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    model = from_voice_file(init) if init else SfVoiceModel(SfConfig())
+    opt = torch.optim.AdamW(model.parameters(), lr=lr_peak, weight_decay=0.01)
     ckpt, step = work / "ckpt.pt", 0
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
@@ -84,8 +106,9 @@ def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: i
     stream = batches(data, rng)
     deadline = time.monotonic() + minutes * 60
     log_every, acc, t0 = 50, {}, time.monotonic()
+    warmup = min(300, max(1, steps // 10))
     while step < steps and time.monotonic() < deadline:
-        lr = LR * min(1.0, (step + 1) / 300) * (0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)) * 0.95 + 0.05)
+        lr = lr_peak * min(1.0, (step + 1) / warmup) * (0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)) * 0.95 + 0.05)
         for g in opt.param_groups:
             g["lr"] = lr
         b = next(stream)
@@ -111,14 +134,16 @@ def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: i
     return ckpt
 
 
-def export(ckpt: Path, out: Path) -> Path:
-    """A checkpoint as the committed voice file (`sf_runtime.SfVoice` reads it)."""
+def export(ckpt: Path, out: Path, history: list[dict] | None = None) -> Path:
+    """A checkpoint as the committed voice file (`sf_runtime.SfVoice` reads it); `history`: the
+    training stages before this one (a voice file trained on from another)."""
     from callcenter.voice.sf_runtime import export_sf_voice
 
     state = torch.load(ckpt, weights_only=False)
     model = SfVoiceModel(SfConfig(**state["config"]))
     model.load_state_dict(state["model"])
-    export_sf_voice(out, model, {"teacher": "hibari-tts af_heart (Apache-2.0)", "steps": state["step"]})
+    export_sf_voice(out, model, {"teacher": "hibari-tts af_heart (Apache-2.0)", "steps": state["step"],
+                                 "corpus": CORPUS, **({"history": history} if history else {})})
     return out
 
 
@@ -129,9 +154,25 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=45)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--export", default=None, help="write the voice file here when done")
+    p.add_argument("--init", default=None, help="go on training from this voice file")
+    p.add_argument("--lr", type=float, default=None)
     args = p.parse_args()
-    ckpt = train(Path(args.work), args.steps, args.minutes, args.threads)
-    print(export(ckpt, Path(args.export)) if args.export else ckpt)
+    init = Path(args.init) if args.init else None
+    ckpt = train(Path(args.work), args.steps, args.minutes, args.threads, init=init,
+                 lr_peak=args.lr or (FINE_TUNE_LR if init else LR))
+    print(export(ckpt, Path(args.export), init_history(init)) if args.export else ckpt)
+
+
+def init_history(init: Path | None) -> list[dict] | None:
+    """The stages a voice file went through, for the file trained on from it."""
+    if init is None:
+        return None
+    import json
+
+    import numpy as np
+
+    meta = json.loads(str(np.load(init)["__meta__"]))
+    return [*meta.get("history", []), {k: meta[k] for k in ("steps", "corpus") if k in meta}]
 
 
 if __name__ == "__main__":
