@@ -4,7 +4,9 @@
 
 builds the teacher's dataset once (`build/sf/teacher-v2.npz`, ~20 ms a sentence), then trains with
 checkpoints every 200 steps (`build/sf/ckpt.pt`, resumed when present) until the step count or the
-time budget runs out, and exports `build/sf/voice.pt` (the weights for export).
+time budget runs out, and exports `build/sf/voice.pt` (the weights for export). `--init FILE` goes on
+from a voice file instead of from scratch (peak learning rate `FINE_TUNE_LR`), and the exported file
+keeps the stages before it in its `history`.
 """
 
 from __future__ import annotations
