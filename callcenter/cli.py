@@ -168,7 +168,7 @@ def cmd_voice_train(args) -> int:
     from callcenter.voice.runtime import VOICES_FILE
 
     if args.voices.startswith("heart=hibari"):  # the source-filter voice, distilled from hibari-tts
-        from callcenter.voice.sf_train import FINE_TUNE_LR, LR, export, init_history
+        from callcenter.voice.sf_train import export, init_history
         from callcenter.voice.sf_train import train as train_sf
         from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
@@ -177,8 +177,7 @@ def cmd_voice_train(args) -> int:
         if init is not None and not init.is_file():
             raise CliError(f"--init {init}: no such voice file")
         history = init_history(init)  # read before `out` (it may be the same file) is rewritten
-        ckpt = train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads, init=init,
-                        lr_peak=FINE_TUNE_LR if init else LR)
+        ckpt = train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads, init=init)
         export(ckpt, out, history)
         print(f"voice heart written to {out}")
         return 0

@@ -439,14 +439,11 @@ class Adapter:
     def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0):
         import torch
 
-        from callcenter.voice.sf_model import SfConfig, SfVoiceModel
+        from callcenter.voice.sf_train import from_voice_file
 
         torch.set_num_threads(threads)
         self.torch = torch
-        blob = np.load(base_voice)
-        meta = json.loads(str(blob["__meta__"]))
-        self.model = SfVoiceModel(SfConfig(**meta["config"]))
-        self.model.load_state_dict({k: torch.from_numpy(blob[k].astype(np.float32)) for k in blob.files if k != "__meta__"})
+        self.model = from_voice_file(base_voice)
         for name, p in self.model.named_parameters():
             p.requires_grad = not name.startswith(FROZEN)
         self.params = [p for p in self.model.parameters() if p.requires_grad]

@@ -85,8 +85,9 @@ def from_voice_file(path: Path) -> SfVoiceModel:
 
 
 def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: int = 2500,
-          conversation: int = CONVERSATION_LINES, init: Path | None = None, lr_peak: float = LR) -> Path:
-    """Train (or, with `init`, go on training a voice file) until `steps` or `minutes` run out."""
+          conversation: int = CONVERSATION_LINES, init: Path | None = None, lr_peak: float | None = None) -> Path:
+    """Train (or, with `init`, go on training a voice file) until `steps` or `minutes` run out; the
+    peak learning rate is `LR` from scratch, `FINE_TUNE_LR` from a voice file, unless given."""
     from callcenter.voice.corpus import training_sentences
     from callcenter.voice.hibari_teacher import build_dataset, load_dataset
 
@@ -97,6 +98,7 @@ def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: i
         build_dataset(training_sentences(agent=sentences, seed=0, conversation=conversation), data_path)
     data = load_dataset(data_path)
     model = from_voice_file(init) if init else SfVoiceModel(SfConfig())
+    lr_peak = lr_peak or (FINE_TUNE_LR if init else LR)
     opt = torch.optim.AdamW(model.parameters(), lr=lr_peak, weight_decay=0.01)
     ckpt, step = work / "ckpt.pt", 0
     if ckpt.exists():
@@ -160,8 +162,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=None)
     args = p.parse_args()
     init = Path(args.init) if args.init else None
-    ckpt = train(Path(args.work), args.steps, args.minutes, args.threads, init=init,
-                 lr_peak=args.lr or (FINE_TUNE_LR if init else LR))
+    ckpt = train(Path(args.work), args.steps, args.minutes, args.threads, init=init, lr_peak=args.lr)
     print(export(ckpt, Path(args.export), init_history(init)) if args.export else ckpt)
 
 
