@@ -121,14 +121,13 @@ def conversation_lines(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
 
     def fill(template: str) -> str:
-        for _ in range(3):  # slots may hold slots
+        while "{" in template:  # slots may hold slots ({said} → {state} → {day})
             template = template.format(
                 thing=rng.choice(THINGS), state=rng.choice(STATES), day=rng.choice(DAYS), field=rng.choice(FIELDS),
                 action=rng.choice(ACTIONS), name=rng.choice(NAMES), dept=rng.choice(DEPARTMENTS),
                 amount=_amount(rng), date=_date(rng), time=_time(rng), time2=_time(rng),
                 digits="".join(str(rng.randint(0, 9)) for _ in range(rng.choice([4, 6, 8]))),
-                said="{said_raw}", said_cap="{said_cap_raw}", said_raw=rng.choice(SAIDS),
-                said_cap_raw=rng.choice(SAIDS).capitalize()) if "{" in template else template
+                said=rng.choice(SAIDS), said_cap=rng.choice(SAIDS).capitalize())
         return template
 
     kinds = [
