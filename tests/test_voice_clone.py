@@ -112,6 +112,7 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     from callcenter.call.caller import speak
     from callcenter.lab.judges import SpeakerJudge
     from callcenter.voice.corpus import agent_lines
+    from callcenter.voice.clone import LEVEL_DB, speaking_level
     from callcenter.voice.pitch import yin_f0
 
     src = tmp_path / "kal"
@@ -150,6 +151,11 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
         0.92 * np.abs(long_term_spectrum(rendered["heart"]) - target).mean()
     judge = SpeakerJudge()
     assert judge.similarity(rendered["kal"], kal) > judge.similarity(rendered["heart"], kal)
+    # it speaks at the level its clips were brought to, ssm:heart's: a flow that changes voice
+    # does not change loudness
+    assert meta["gain"] > 0
+    level_db = [10 * np.log10(np.median([speaking_level(a) for a in rendered[v]])) for v in ("kal", "heart")]
+    assert abs(level_db[0] - LEVEL_DB) < 1.0 and abs(level_db[1] - LEVEL_DB) < 1.0
 
 
 @pytest.mark.skipif(not (EVAL_REAL / "manifest.jsonl").exists(), reason="needs ../shared/eval-real")
@@ -180,3 +186,16 @@ def test_hearing_never_trains_on_a_cloned_voice(tmp_path, monkeypatch):
     assert "mine" in sf_voices()
     training = Voices().ssm
     assert "heart" in training and "mine" not in training and "allison" not in training
+
+
+def test_the_shipped_clone_speaks_as_loud_as_the_house_voice():
+    """ssm:allison's adapted decoder comes out 2.3 dB under the level her clips were brought to;
+    the gain set at cloning brings her to ssm:heart's level, measured the way the clips were."""
+    from callcenter.call.caller import speak
+    from callcenter.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.voice.corpus import agent_lines
+
+    lines = agent_lines(6, seed=91)
+    level_db = {v: 10 * np.log10(np.median([speaking_level(speak(t, v)) for t in lines])) for v in ("allison", "heart")}
+    assert abs(level_db["allison"] - level_db["heart"]) < 1.0
+    assert abs(level_db["allison"] - LEVEL_DB) < 1.0

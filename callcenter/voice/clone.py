@@ -21,7 +21,8 @@
    becomes the voice's `speed`, the intonation range `f0_spread` (`Adapter.intonation`).
    Checkpoints every `CKPT_EVERY` steps make it resumable; a time
    budget bounds it.
-5. **Export** the voice file (half precision, ~2.4 MB) where `ssm_tts` finds voices.
+5. **Export** the voice file (half precision, ~2.4 MB) where `ssm_tts` finds voices, with the `gain`
+   that makes it speak at `LEVEL_DB` like the house voice (`calibrate_level`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ ADVISED_SPEECH_S = 300.0  # five minutes: what the targets are measured with
 MIN_CLIP_S = 0.3
 MAX_CLIP_S = 30.0
 LEVEL_DB = -23.0  # active speech level every clip is brought to (ssm:heart speaks at about this)
+LEVEL_UTTERANCES = 24  # the clone's level is measured on this many of its speaker's texts
 CLIP_LEVEL = 0.995  # a sample at or above this (of full scale) is clipped
 CLIPPED_SHARE = 0.002  # a clip with more clipped samples than this is flagged
 MIN_SNR_DB = 20.0  # speech over the clip's own quiet parts
@@ -158,6 +160,13 @@ def write_transcripts(folder: Path, clips: list[Clip], path: Path | None = None)
 def _frame_energy(audio: np.ndarray, frame: int = 160) -> np.ndarray:
     n = len(audio) // frame
     return np.mean(audio[: n * frame].reshape(n, frame).astype(np.float64) ** 2, axis=1) + 1e-12
+
+
+def speaking_level(audio: np.ndarray) -> float:
+    """Mean power of the frames within 30 dB of the loudest: the level every clip is brought to
+    (`LEVEL_DB`) and the clone is set to speak at (`calibrate_level`)."""
+    e = _frame_energy(audio)
+    return float(e[e > e.max() * 1e-3].mean())
 
 
 def speech_seconds(audio: np.ndarray) -> float:
@@ -340,9 +349,7 @@ def analyse(clip: Clip, g2p, teacher) -> Utterance:
     from callcenter.voice.text import speech_chunks
 
     audio = clip.audio.astype(np.float64)
-    e = _frame_energy(audio)
-    loud = e[e > e.max() * 1e-3]
-    audio = audio * (10 ** (LEVEL_DB / 20) / np.sqrt(loud.mean()))
+    audio = audio * (10 ** (LEVEL_DB / 20) / np.sqrt(speaking_level(audio)))
     frames = len(audio) // sf.HOP
     audio = audio[: frames * sf.HOP].astype(np.float32)
     ids, t_dur, t_audio = [], [], []
@@ -603,7 +610,30 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
                                          "speed": round(adapter.tempo, 3), "free_phase": sf.RANDOM,
                                          "f0_spread": round(spread, 3), "f0_centre": round(centre, 4),
                                          "f0_range": [round(lo, 1), round(hi, 1)]})
+    calibrate_level(out, adapter.utts)
     return out
+
+
+def calibrate_level(voice_file: Path, utts: list[Utterance], count: int = LEVEL_UTTERANCES) -> float:
+    """Set the voice file's `gain` so that the clone speaks at `LEVEL_DB`, the level its speaker's
+    clips were brought to and the one ssm:heart speaks at; returns the gain. The adapted decoder
+    comes out quieter than the clips it fitted (ssm:allison by 1.7 dB), so without it a flow that
+    moves from one voice to another would change loudness. Measured the way the clips were: the
+    clone says its first `count` utterances' own texts with its own durations."""
+    from callcenter.voice.sf_runtime import SfVoice, set_gain
+
+    set_gain(voice_file, 1.0)
+    voice = SfVoice(voice_file)
+    levels = []
+    for u in utts[:count]:
+        audio = np.concatenate([np.zeros(0, np.float32), *voice.stream(voice.plan(u.ids.tolist()))])
+        if len(audio) >= 10 * 160:
+            levels.append(speaking_level(audio))
+    if not levels:
+        return 1.0
+    gain = round(float(10 ** (LEVEL_DB / 20) / np.sqrt(np.median(levels))), 4)
+    set_gain(voice_file, gain)
+    return gain
 
 
 def prepare(clips: list[Clip], work: Path, info: dict, log: Callable[[str], None] = print) -> list[Utterance]:

@@ -222,17 +222,18 @@ class SfVoice:
         spread = float(self.meta.get("f0_spread", 1.0))
         centre = float(self.meta.get("f0_centre", LOG_F0_MEAN)) - LOG_F0_MEAN
         lo, hi = np.log(self.meta["f0_range"]) - LOG_F0_MEAN if "f0_range" in self.meta else (-np.inf, np.inf)
+        gain = float(self.meta.get("gain", 1.0))  # a cloned voice's level (clone.calibrate_level)
         for out in self.frames(cond, cancelled):
             log_f0 = np.clip(centre + spread * (out[:, 0] - centre), lo, hi)
             f0 = np.where(out[:, 1] > 0, np.exp(log_f0 + LOG_F0_MEAN) * shift, 0.0)
             dsp.add(f0, out[:, 2:].reshape(len(out), 3, sf.N_COEF))
             samples = dsp.samples()
             if len(samples):
-                yield samples
+                yield samples * gain if gain != 1.0 else samples
         if not cancelled():
             tail = dsp.samples(final=True)
             if len(tail):
-                yield tail
+                yield tail * gain if gain != 1.0 else tail
 
     def frames(self, cond: np.ndarray, cancelled=lambda: False) -> Iterator[np.ndarray]:
         """The decoder as a recurrence: per step, (K, N_OUT) outputs for the next K frames, from
@@ -241,6 +242,15 @@ class SfVoice:
                              later=self._later)
         for _, out in decoder.run(cond, cancelled):
             yield out
+
+
+def set_gain(path: str | Path, gain: float) -> None:
+    """Rewrite the voice file at `path` with `gain` in its metadata (its samples are scaled by it)."""
+    blob = np.load(path)
+    arrays = {k: blob[k] for k in blob.files if k != "__meta__"}
+    meta = {**json.loads(str(blob["__meta__"])), "gain": gain}
+    blob.close()
+    np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
 
 
 def export_sf_voice(path, model, extra: dict | None = None) -> None:
