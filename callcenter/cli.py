@@ -208,6 +208,8 @@ def cmd_voice_clone(args) -> int:
     name = args.name
     if not re.fullmatch(VOICE_NAME_RE, name):
         raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
+    if args.out and Path(args.out).suffix != ".npz":
+        raise CliError(f"--out {args.out}: a voice file's name ends in .npz")
     if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
         raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
     folder = Path(args.source)

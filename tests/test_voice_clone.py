@@ -91,6 +91,8 @@ def test_bad_names_and_shipped_names_are_refused(tmp_path):
     assert r.returncode == 2 and "voice name" in r.stderr
     r = cc("voice", "clone", "heart", "--from", tmp_path)
     assert r.returncode == 2 and "shipped voice" in r.stderr
+    r = cc("voice", "clone", "kal", "--from", tmp_path, "--out", tmp_path / "kal.bin")  # numpy would write kal.bin.npz
+    assert r.returncode == 2 and "ends in .npz" in r.stderr
 
 
 def long_term_spectrum(audios: list[np.ndarray]) -> np.ndarray:
