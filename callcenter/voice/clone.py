@@ -47,7 +47,8 @@ ADVISED_SPEECH_S = 300.0  # five minutes: what the targets are measured with
 MIN_CLIP_S = 0.3
 MAX_CLIP_S = 30.0
 LEVEL_DB = -23.0  # active speech level every clip is brought to (ssm:heart speaks at about this)
-LEVEL_UTTERANCES = 24  # the clone's level is measured on this many of its speaker's texts
+LEVEL_UTTERANCES = 24  # the clone's level is measured on this many of its speaker's texts...
+MIN_LEVEL_SAMPLES = 1600  # ...each at least 0.2 s long
 CLIP_LEVEL = 0.995  # a sample at or above this (of full scale) is clipped
 CLIPPED_SHARE = 0.002  # a clip with more clipped samples than this is flagged
 MIN_SNR_DB = 20.0  # speech over the clip's own quiet parts
@@ -617,21 +618,21 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
 def calibrate_level(voice_file: Path, utts: list[Utterance], count: int = LEVEL_UTTERANCES) -> float:
     """Set the voice file's `gain` so that the clone speaks at `LEVEL_DB`, the level its speaker's
     clips were brought to and the one ssm:heart speaks at; returns the gain. The adapted decoder
-    comes out quieter than the clips it fitted (ssm:allison by 1.7 dB), so without it a flow that
+    comes out quieter than the clips it fitted (ssm:allison by 2.3 dB), so without it a flow that
     moves from one voice to another would change loudness. Measured the way the clips were: the
-    clone says its first `count` utterances' own texts with its own durations."""
+    clone says its first `count` utterances' own texts with its own durations (at the gain the file
+    has, which the new one replaces)."""
     from callcenter.voice.sf_runtime import SfVoice, set_gain
 
-    set_gain(voice_file, 1.0)
     voice = SfVoice(voice_file)
     levels = []
     for u in utts[:count]:
         audio = np.concatenate([np.zeros(0, np.float32), *voice.stream(voice.plan(u.ids.tolist()))])
-        if len(audio) >= 10 * 160:
+        if len(audio) >= MIN_LEVEL_SAMPLES:
             levels.append(speaking_level(audio))
     if not levels:
-        return 1.0
-    gain = round(float(10 ** (LEVEL_DB / 20) / np.sqrt(np.median(levels))), 4)
+        return float(voice.meta.get("gain", 1.0))
+    gain = round(float(voice.meta.get("gain", 1.0) * 10 ** (LEVEL_DB / 20) / np.sqrt(np.median(levels))), 4)
     set_gain(voice_file, gain)
     return gain
 

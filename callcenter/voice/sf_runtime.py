@@ -250,6 +250,10 @@ def set_gain(path: str | Path, gain: float) -> None:
     arrays = {k: blob[k] for k in blob.files if k != "__meta__"}
     meta = {**json.loads(str(blob["__meta__"])), "gain": gain}
     blob.close()
+    _save(path, meta, arrays)
+
+
+def _save(path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
 
 
@@ -259,5 +263,4 @@ def export_sf_voice(path, model, extra: dict | None = None) -> None:
     for name, value in model.state_dict().items():
         keep32 = ".ssm." in name
         arrays[name] = value.detach().cpu().numpy().astype("float32" if keep32 else "float16")
-    meta = {"config": model.config.to_dict(), "kind": "source-filter", **(extra or {})}
-    np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
+    _save(path, {"config": model.config.to_dict(), "kind": "source-filter", **(extra or {})}, arrays)
