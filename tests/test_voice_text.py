@@ -63,3 +63,21 @@ def test_the_voice_learns_conversation_beyond_its_prompt_templates():
     assert all(chunk.text and re.fullmatch(r"[A-Za-z ,.'?!-]+", chunk.text)
                for s in lines for chunk in speech_chunks(s) if not chunk.pause_ms)
     assert set(lines[:50]) <= set(training_sentences(agent=10, conversation=300, seed=3))
+
+
+def test_the_judges_wer_reads_numbers_both_ways_and_still_counts_real_errors():
+    """Our WER and Whisper's (the normalizer the issues' targets use) agree that a number said in
+    words is the number written; they differ in how much a wrong digit costs."""
+    from callcenter.lab.wer import wer, whisper_wer
+
+    same = [("Your balance is $12.50.", "your balance is twelve dollars and fifty cents"),
+            ("It is due on December 2nd, 2026.", "It is due on December second, twenty twenty six."),
+            ("I've moved.", "I have moved")]
+    assert whisper_wer(same) == 0.0
+    assert wer(same[:1]) == 0.0
+    digits = [("My number is 472918.", "my number is four seven two nine one eight")]
+    assert whisper_wer(digits) == 0.0 == wer(digits)
+    wrong = [("My number is 472918.", "my number is four seven two nine one nine")]
+    assert whisper_wer(wrong) == pytest.approx(1 / 4)  # 'my number is 472918': one word of four
+    assert wer(wrong) == pytest.approx(1 / 9)  # one digit of nine words
+    assert whisper_wer([("Please hold the line.", "please hold on")]) == pytest.approx(2 / 4)

@@ -41,7 +41,7 @@ from callcenter.audio.stage import Moment
 from callcenter.audio.wavfile import read_wav
 from callcenter.hearing.denoise import Denoiser
 from callcenter.hearing.vad import VAD_WINDOW_SAMPLES, SileroVad
-from callcenter.lab.wer import wer
+from callcenter.lab.wer import wer, whisper_wer
 
 log = structlog.get_logger()
 
@@ -137,6 +137,7 @@ def _wer_part(report: dict, stt, by_cond: dict, limit: int | None, eval_dir: Pat
             row = {
                 "utterances": len(entries),
                 "wer": round(wer(pairs), 4),
+                "wer_whisper": _rounded(whisper_wer(pairs)),
                 "vad_false_alarm": round(fa[0] / max(1, fa[1]), 4),
                 "vad_speech_found": round(fa[2] / max(1, fa[3]), 4),
                 "stt_decode_s_p50": round(float(np.median(decode)), 3),
@@ -145,6 +146,10 @@ def _wer_part(report: dict, stt, by_cond: dict, limit: int | None, eval_dir: Pat
                 row["denoise_ms_per_frame_p50"] = round(float(np.median(costs)), 3)
             report["conditions"][cond]["denoised" if denoise else "raw"] = row
             log.info("stt_bench", cond=cond, denoise=denoise, **row)
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _samples(path: Path) -> np.ndarray:
@@ -205,7 +210,8 @@ def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
                 pairs.append((e["text"], " ".join(f.text for f in r.finals)))
             row = {"utterances": len(entries), "final_ms_p50": _pct(ready, 50), "final_ms_p95": _pct(ready, 95),
                    "turn_end_ms_p50": _pct(ended, 50), "turn_end_ms_p95": _pct(ended, 95),
-                   "wer": round(wer(pairs), 4), "cpu_per_call_second": round(cpu / max(audio, 1e-9), 4)}
+                   "wer": round(wer(pairs), 4), "wer_whisper": _rounded(whisper_wer(pairs)),
+                   "cpu_per_call_second": round(cpu / max(audio, 1e-9), 4)}
             result[f"{cond}/{name}"] = row
             log.info("stt_bench_latency", cond=cond, scenario=name, **row)
     return result
@@ -297,7 +303,8 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
         result[f"interruptions_{cond}"] = {
             "agent_silent_ms_p50": _pct(stop_ms, 50), "agent_silent_ms_p95": _pct(stop_ms, 95),
             "confirmed_ms_p50": _pct(barge_ms, 50), "missed_rate": round(missed / turns, 3),
-            "wer_of_interruptions": round(wer(heard), 4) if heard else None}
+            "wer_of_interruptions": round(wer(heard), 4) if heard else None,
+            "wer_of_interruptions_whisper": _rounded(whisper_wer(heard)) if heard else None}
     false_barge = resumed = 0
     for i, (text, agent) in enumerate(prompts):
         word = speak(BACKCHANNEL_WORDS[i % len(BACKCHANNEL_WORDS)], BACKCHANNEL_VOICES[i % len(BACKCHANNEL_VOICES)])
@@ -386,7 +393,7 @@ def _real_part(stt_model: str | None, compare: tuple[str, ...], limit: int | Non
             entries = by_cond[cond][:limit] if limit else by_cond[cond]
             started = time.perf_counter()
             pairs = [(e["text"], transcribe(audio[(cond, e["id"])])) for e in entries]
-            row[cond] = {"wer": round(wer(pairs), 4),
+            row[cond] = {"wer": round(wer(pairs), 4), "wer_whisper": _rounded(whisper_wer(pairs)),
                          "decode_s_mean": round((time.perf_counter() - started) / max(1, len(entries)), 3)}
         for cond in REAL_DIGITS:
             entries = by_cond[cond][:limit] if limit else by_cond[cond]

@@ -8,8 +8,11 @@ every sentence on one thread:
   the decoder steps that frame needs);
 - real-time factor: synthesis time / audio duration; streams one core sustains = 1 / RTF;
 - intelligibility: plain Whisper tiny.en (`--stt-model stock`, not the telephone-tuned default)
-  transcribes each 8 kHz rendering; WER against the sentence (both sides normalised by
-  `hearing.wer`: numbers read out, no punctuation);
+  transcribes each 8 kHz rendering; WER against the sentence, both sides normalised two ways
+  (`lab/wer.py`): `wer_whisper` with Whisper's English normalizer (the issue's measure), `wer` with
+  this project's (numbers read out as words, one word per digit); and `wer_whisper_without_numbers`
+  on the sentences with no number in them, written or in words, where the judge's formatting of dates,
+  times and digit groups does not count;
 - naturalness: DNSMOS P.835 SIG/BAK/OVRL (`voice.judges`), at 16 kHz from our 8 kHz.
 hibari-tts af_heart (the quality bar), the teachers (Piper joe, flite) and espeak-ng are measured the
 same way in the same run, and each of our voices gets its ratios to hibari (`vs_hibari`).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -32,7 +36,10 @@ import structlog
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, float_to_pcm
 from callcenter.lab.bench.hearing import EVAL_DIR
-from callcenter.lab.wer import wer
+from callcenter.lab.wer import wer, whisper_wer, whisper_words
+
+NUMBERS = re.compile(r"[0-9$£€%]")  # a sentence with any, written or as the judge's normalizer writes it
+# ("five five five" -> "555"), is left out of the number-free WER
 
 log = structlog.get_logger()
 
@@ -100,6 +107,8 @@ def _compare(result: dict) -> None:
     for stats in result["voices"].values():
         vs = {"wer_ratio": round(stats["wer"] / max(ref["wer"], 1e-3), 2),
               "rtf_ratio": round(stats["rtf_median"] / ref["rtf_median"], 2)}
+        if stats.get("wer_whisper") is not None and ref.get("wer_whisper"):
+            vs["wer_whisper_ratio"] = round(stats["wer_whisper"] / ref["wer_whisper"], 2)
         if "dnsmos" in stats and "dnsmos" in ref:
             vs["dnsmos_ovrl_diff"] = round(stats["dnsmos"]["OVRL"] - ref["dnsmos"]["OVRL"], 3)
         stats["vs_hibari"] = vs
@@ -180,9 +189,8 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
     # telephone-tuned recognizer calls use (it would flatter voices like its training voices)
     stt = WhisperStt(stt_model or STOCK)
 
-    def intelligibility(audios: list[np.ndarray]) -> float:
-        hyps = [stt.transcribe_pcm(float_to_pcm(a)).text for a in audios]
-        return wer(list(zip(sentences, hyps)))
+    def heard(audios: list[np.ndarray]) -> list[tuple[str, str]]:
+        return list(zip(sentences, [stt.transcribe_pcm(float_to_pcm(a)).text for a in audios]))
 
     judge = None
     if dnsmos:
@@ -192,7 +200,15 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             log.warning("dnsmos_unavailable", error=str(exc))
 
     def judged(stats: dict, audios: list[np.ndarray]) -> dict:
-        stats["wer"] = intelligibility(audios)
+        pairs = heard(audios)
+        stats["wer"] = wer(pairs)
+        stats["wer_whisper"] = whisper_wer(pairs)
+        # apart from numbers: Whisper's normalizer compares the written "2000-02-24" with the heard
+        # "February 24, 2000" and "472918" with "472 918", which no voice can say its way out of
+        if stats["wer_whisper"] is not None:
+            worded = [(r, h) for r, h in pairs if not NUMBERS.search(r + " " + " ".join(whisper_words(r)))]
+            stats["wer_whisper_without_numbers"] = whisper_wer(worded)
+            stats["sentences_without_numbers"] = len(worded)
         if judge is not None:
             stats["dnsmos"] = judge.mean(audios)
         return stats
