@@ -145,27 +145,25 @@ def cmd_stt_train(args) -> int:
 
     if importlib.util.find_spec("torch") is None:
         raise CliError("training needs the training extra: pip install -e '.[train]' (no torch)")
-    from callcenter.lab.stt_train import export, synthesize, train
+    from callcenter.lab.stt_train import export, patch_meta, synthesize, train
 
+    meta = {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+            "pad_seconds": args.pad_seconds}
+    if not 0 < args.pad_seconds <= 25:
+        raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
+    init = Path(args.init) if args.init else None
+    if init is not None:  # checked before minutes of speech synthesis
+        try:
+            meta["init"] = patch_meta(init)
+        except ValueError as exc:
+            raise CliError(f"--init: {exc}") from None
     work = Path(args.work)
     corpus = work / "corpus.npz"
     if not corpus.exists():
         print(f"speaking {args.utterances} training utterances into {corpus}")
         synthesize(corpus, args.utterances, seed=args.seed)
-    init = Path(args.init) if args.init else None
-    if init is not None and not init.exists():
-        raise CliError(f"--init {init}: no such patch file")
-    if not 0 < args.pad_seconds <= 25:
-        raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
                  minutes=args.minutes, init=init, pad_seconds=args.pad_seconds)
-    meta = {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "pad_seconds": args.pad_seconds}
-    if init is not None:
-        import numpy as np
-
-        with np.load(init) as z:
-            meta["init"] = json.loads(str(z["meta"]))
     out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
     return 0

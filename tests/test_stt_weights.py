@@ -152,8 +152,24 @@ def test_training_can_start_from_a_patch_of_the_whole_encoder(tmp_path):
         name = "encoder/layer_norm/gamma"
         assert np.array_equal(model.encoder_tensors()[name].detach().numpy(), z[name].astype(np.float32))
     *_, partial = _halved_patch(tmp_path)
-    with pytest.raises(ValueError, match="not a patch of this model's encoder"):
+    with pytest.raises(ValueError, match="not a patch of the whole encoder"):
         _load_patch(model, partial)
+    (tmp_path / "junk.npz").write_bytes(b"not a patch")
+    with pytest.raises(ValueError, match="not a patch file"):
+        _load_patch(model, tmp_path / "junk.npz")
+
+
+def test_stt_train_refuses_a_bad_init_before_any_work(tmp_path, capsys):
+    """`--init` is checked before the minutes of speech synthesis: a clear error, nothing written."""
+    pytest.importorskip("torch")
+    from callcenter.cli import main
+
+    (tmp_path / "junk.npz").write_bytes(b"not a patch")
+    work = tmp_path / "work"
+    assert main(["stt", "train", "--work", str(work), "--init", str(tmp_path / "junk.npz")]) == 2
+    assert "--init" in capsys.readouterr().err and not work.exists()
+    assert main(["stt", "train", "--work", str(work), "--pad-seconds", "0"]) == 2
+    assert not work.exists()
 
 
 def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):

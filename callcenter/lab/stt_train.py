@@ -34,7 +34,7 @@ from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
 from callcenter.call.caller import speak
 from callcenter.hearing.stt import WHISPER_RATE, mel_features, window_frames
-from callcenter.hearing.whisper_weights import Ct2Model, patch_path, save_patch, stock_model_dir
+from callcenter.hearing.whisper_weights import Ct2Model, patch_path, save_patch, sha256, stock_model_dir
 from callcenter.lab.linesim import active_rms, noise_at
 
 log = structlog.get_logger()
@@ -490,17 +490,35 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     return ckpt
 
 
+def patch_meta(patch: Path) -> dict:
+    """The metadata of a patch that training can start from: one made for this machine's stock
+    model, with every trained tensor of its encoder in the stock shape (ValueError otherwise)."""
+    stock = stock_model_dir() / "model.bin"
+    try:
+        with np.load(patch) as z:
+            meta = json.loads(str(z["meta"]))
+            shapes = {k: z[k].shape for k in z.files if k != "meta"}
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{patch} is not a patch file ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("base_sha256") != sha256(stock):
+        raise ValueError(f"{patch} was made for another base model")
+    variables = Ct2Model.read(stock).variables
+    trained = {k: v.shape for k, v in variables.items() if k.startswith("encoder/") and k not in FIXED}
+    if shapes != trained:
+        raise ValueError(f"{patch} is not a patch of the whole encoder")
+    return meta
+
+
+FIXED = ("encoder/num_heads", "encoder/position_encodings/encodings")  # encoder variables never trained
+
+
 def _load_patch(model, patch: Path) -> None:
-    """The encoder's tensors from a patch file, checked against the model they go into."""
+    """The encoder's tensors from a patch file (`patch_meta` checked), into the training model."""
     torch = _torch()
+    patch_meta(patch)
     tensors = model.encoder_tensors()
     with np.load(patch) as z:
-        names = [k for k in z.files if k != "meta"]
-        if sorted(names) != sorted(tensors):
-            raise ValueError(f"{patch} is not a patch of this model's encoder")
-        for name in names:
-            if tuple(z[name].shape) != tuple(tensors[name].shape):
-                raise ValueError(f"{patch}: tensor {name} does not fit the encoder")
+        for name in tensors:
             tensors[name].data.copy_(torch.from_numpy(z[name].astype(np.float32)))
 
 
