@@ -145,7 +145,8 @@ def cmd_stt_train(args) -> int:
 
     if importlib.util.find_spec("torch") is None:
         raise CliError("training needs the training extra: pip install -e '.[train]' (no torch)")
-    from callcenter.lab.stt_train import export, patch_meta, synthesize, train
+    from callcenter.hearing.whisper_weights import WeightsError
+    from callcenter.lab.stt_train import encoder_patch, export, synthesize, train
 
     meta = {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "pad_seconds": args.pad_seconds}
@@ -154,8 +155,8 @@ def cmd_stt_train(args) -> int:
     init = Path(args.init) if args.init else None
     if init is not None:  # checked before minutes of speech synthesis
         try:
-            meta["init"] = patch_meta(init)
-        except ValueError as exc:
+            meta["init"] = encoder_patch(init)[0]
+        except WeightsError as exc:
             raise CliError(f"--init: {exc}") from None
     work = Path(args.work)
     corpus = work / "corpus.npz"

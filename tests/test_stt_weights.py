@@ -152,10 +152,10 @@ def test_training_can_start_from_a_patch_of_the_whole_encoder(tmp_path):
         name = "encoder/layer_norm/gamma"
         assert np.array_equal(model.encoder_tensors()[name].detach().numpy(), z[name].astype(np.float32))
     *_, partial = _halved_patch(tmp_path)
-    with pytest.raises(ValueError, match="not a patch of the whole encoder"):
+    with pytest.raises(WeightsError, match="not a patch of the whole encoder"):
         _load_patch(model, partial)
     (tmp_path / "junk.npz").write_bytes(b"not a patch")
-    with pytest.raises(ValueError, match="not a patch file"):
+    with pytest.raises(WeightsError, match="not a patch file"):
         _load_patch(model, tmp_path / "junk.npz")
 
 

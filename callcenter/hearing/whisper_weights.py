@@ -136,22 +136,33 @@ def cache_dir() -> Path:
     return Path(base) / "callcenter" / "stt"
 
 
+def read_patch(patch: Path, base: Ct2Model, base_sha: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """A patch's metadata and tensors, checked against the base model (`base`, whose model.bin
+    hashes to `base_sha`) they are meant for: made for it, every tensor one of its own in its shape."""
+    try:
+        with np.load(patch) as z:
+            meta = json.loads(str(z["meta"]))
+            tensors = {k: z[k] for k in z.files if k != "meta"}
+    except (OSError, KeyError, ValueError) as exc:
+        raise WeightsError(f"{patch} is not a patch file ({exc})") from None
+    made_for = str(meta.get("base_sha256", "")) if isinstance(meta, dict) else ""
+    if made_for != base_sha:
+        raise WeightsError(f"{patch} was made for another base model (sha256 {made_for[:12]}…, "
+                           f"this one is {base_sha[:12]}…)")
+    for key, value in tensors.items():
+        if key not in base.variables or base.variables[key].shape != value.shape:
+            raise WeightsError(f"{patch}: tensor {key} does not fit the base model")
+    return meta, tensors
+
+
 def apply_patch(base_dir: Path, patch: Path, out_dir: Path, mix: float = 1.0) -> Path:
     """Write the tuned model to `out_dir`: the base model's files with the patch's tensors, each
     `mix` of the patch's and the rest the base's."""
     if not 0 <= mix <= 1:
         raise WeightsError(f"mix must be between 0 and 1, not {mix}")
-    with np.load(patch) as z:
-        meta = json.loads(str(z["meta"]))
-        tensors = {k: z[k] for k in z.files if k != "meta"}
-    base_sha = sha256(base_dir / "model.bin")
-    if meta["base_sha256"] != base_sha:
-        raise WeightsError(f"{patch} was made for another base model (sha256 {meta['base_sha256'][:12]}…, "
-                           f"this one is {base_sha[:12]}…)")
     model = Ct2Model.read(base_dir / "model.bin")
+    meta, tensors = read_patch(patch, model, sha256(base_dir / "model.bin"))
     for key, value in tensors.items():
-        if key not in model.variables or model.variables[key].shape != value.shape:
-            raise WeightsError(f"{patch}: tensor {key} does not fit the base model")
         base = model.variables[key]
         mixed = value if mix == 1 else mix * value.astype(np.float32) + (1 - mix) * base.astype(np.float32)
         model.variables[key] = mixed.astype(base.dtype)

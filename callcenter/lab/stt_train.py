@@ -34,7 +34,8 @@ from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
 from callcenter.call.caller import speak
 from callcenter.hearing.stt import WHISPER_RATE, mel_features, window_frames
-from callcenter.hearing.whisper_weights import Ct2Model, patch_path, save_patch, sha256, stock_model_dir
+from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, patch_path, read_patch, save_patch, sha256,
+                                                stock_model_dir)
 from callcenter.lab.linesim import active_rms, noise_at
 
 log = structlog.get_logger()
@@ -428,11 +429,12 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     stock = stock_model_dir()
-    model = build_model(Ct2Model.read(stock / "model.bin").variables)
+    base = Ct2Model.read(stock / "model.bin")
+    model = build_model(base.variables)
     for p in model.parameters():
         p.requires_grad_(False)
     if init is not None:
-        _load_patch(model, init)
+        _load_patch(model, init, base)
     trained = list(model.encoder_tensors().values())
     for p in trained:
         p.requires_grad_(True)
@@ -490,36 +492,27 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     return ckpt
 
 
-def patch_meta(patch: Path) -> dict:
-    """The metadata of a patch that training can start from: one made for this machine's stock
-    model, with every trained tensor of its encoder in the stock shape (ValueError otherwise)."""
+ENCODER_FIXED = ("encoder/num_heads", "encoder/position_encodings/encodings")  # encoder variables never trained
+
+
+def encoder_patch(patch: Path, base: Ct2Model | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """A patch training can start from (`read_patch`'s checks against the stock model, `base` if
+    already read, and every trained tensor of the encoder in it): its metadata and tensors."""
     stock = stock_model_dir() / "model.bin"
-    try:
-        with np.load(patch) as z:
-            meta = json.loads(str(z["meta"]))
-            shapes = {k: z[k].shape for k in z.files if k != "meta"}
-    except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"{patch} is not a patch file ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("base_sha256") != sha256(stock):
-        raise ValueError(f"{patch} was made for another base model")
-    variables = Ct2Model.read(stock).variables
-    trained = {k: v.shape for k, v in variables.items() if k.startswith("encoder/") and k not in FIXED}
-    if shapes != trained:
-        raise ValueError(f"{patch} is not a patch of the whole encoder")
-    return meta
+    base = base or Ct2Model.read(stock)
+    meta, tensors = read_patch(patch, base, sha256(stock))
+    trained = {k for k in base.variables if k.startswith("encoder/") and k not in ENCODER_FIXED}
+    if set(tensors) != trained:
+        raise WeightsError(f"{patch} is not a patch of the whole encoder")
+    return meta, tensors
 
 
-FIXED = ("encoder/num_heads", "encoder/position_encodings/encodings")  # encoder variables never trained
-
-
-def _load_patch(model, patch: Path) -> None:
-    """The encoder's tensors from a patch file (`patch_meta` checked), into the training model."""
+def _load_patch(model, patch: Path, base: Ct2Model | None = None) -> None:
+    """The encoder's tensors from a patch file (`encoder_patch`), into the training model."""
     torch = _torch()
-    patch_meta(patch)
-    tensors = model.encoder_tensors()
-    with np.load(patch) as z:
-        for name in tensors:
-            tensors[name].data.copy_(torch.from_numpy(z[name].astype(np.float32)))
+    _, tensors = encoder_patch(patch, base)
+    for name, tensor in model.encoder_tensors().items():
+        tensor.data.copy_(torch.from_numpy(tensors[name].astype(np.float32)))
 
 
 def export(ckpt: Path, out: Path | None = None, meta: dict | None = None) -> Path:
