@@ -219,8 +219,9 @@ def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
                  config=HearingConfig(turns=TurnConfig(tail_threshold=1.01)))
     assert "bill" not in " ".join(f.text for f in cut.finals).lower()
     # the soft word does not hold the turn open: it ends the node's 700 ms after the last loud window
-    # (cut, "...about my" read as unfinished waited 2 s, and still ended without the word)
-    assert r.of(Ended)[0][1].silence_ms < 800 and cut.of(Ended)[0][1].why == "unfinished"
+    # (cut, the recognizer guesses at the end: "...about my" read as unfinished waited 2 s with the
+    # encoder of 2026-12-04, "...about mine." with today's; either way without the word)
+    assert r.of(Ended)[0][1].silence_ms < 800 and r.of(Ended)[0][1].why == "silence"
 
 
 def _digit_groups(pause_s):
