@@ -20,19 +20,36 @@ _ports = itertools.count(0)
 os.environ.setdefault("CALLCENTER_LLM", "off")
 
 
+# Ports for agents, softphones and servers the tests start: below the kernel's ephemeral range
+# (32768-60999 here), where a socket opened anywhere else on the machine is never given one at
+# random between our choosing a port and the process binding it (a port bound to 0 and closed again
+# was taken by another process in that gap, and the agent failed "Address already in use"); each
+# handed out once per run, the two shards of ./scripts/test in ranges of their own.
+PORT_RANGES = {("udp", "line"): 10000, ("udp", "offline"): 11000, ("tcp", "line"): 12000, ("tcp", "offline"): 13000}
+PORTS_PER_RANGE = 1000
+_handed = {"udp": itertools.count(0), "tcp": itertools.count(0)}
+
+
+def _free_port(kind: str) -> int:
+    shard = os.environ.get(SHARD_ENV) if os.environ.get(SHARD_ENV) in ("line", "offline") else "line"
+    first = PORT_RANGES[(kind, shard)]
+    for _ in range(PORTS_PER_RANGE):
+        port = first + next(_handed[kind]) % PORTS_PER_RANGE
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # held by something outside this run
+                continue
+        return port
+    raise RuntimeError(f"no free {kind} port in {first}-{first + PORTS_PER_RANGE - 1}")
+
+
 def free_udp_port() -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 60000:
-            return port
+    return _free_port("udp")
 
 
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_port("tcp")
 
 
 def wait_for(predicate, timeout: float) -> bool:
