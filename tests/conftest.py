@@ -23,25 +23,34 @@ os.environ.setdefault("CALLCENTER_LLM", "off")
 # Ports for agents, softphones and servers the tests start: below the kernel's ephemeral range
 # (32768-60999 here), where a socket opened anywhere else on the machine is never given one at
 # random between our choosing a port and the process binding it (a port bound to 0 and closed again
-# was taken by another process in that gap, and the agent failed "Address already in use"); each
-# handed out once per run, the two shards of ./scripts/test in ranges of their own.
-PORT_RANGES = {("udp", "line"): 10000, ("udp", "offline"): 11000, ("tcp", "line"): 12000, ("tcp", "offline"): 13000}
-PORTS_PER_RANGE = 1000
+# was taken by another process in that gap, and the agent failed "Address already in use"). Each
+# call hands out the first of a block of PORT_BLOCK ports, all free (a pool of workers listens on
+# port, port + 1, ...), and a block comes round again only after the whole range; the two shards of
+# ./scripts/test have ranges of their own.
+PORT_RANGES = {("udp", "line"): 10000, ("udp", "offline"): 12000, ("tcp", "line"): 14000, ("tcp", "offline"): 16000}
+PORTS_PER_RANGE = 2000
+PORT_BLOCK = 8
 _handed = {"udp": itertools.count(0), "tcp": itertools.count(0)}
+
+
+def _bindable(kind: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:  # held by something outside this run
+            return False
+    return True
 
 
 def _free_port(kind: str) -> int:
     shard = os.environ.get(SHARD_ENV) if os.environ.get(SHARD_ENV) in ("line", "offline") else "line"
     first = PORT_RANGES[(kind, shard)]
-    for _ in range(PORTS_PER_RANGE):
-        port = first + next(_handed[kind]) % PORTS_PER_RANGE
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:  # held by something outside this run
-                continue
-        return port
-    raise RuntimeError(f"no free {kind} port in {first}-{first + PORTS_PER_RANGE - 1}")
+    blocks = PORTS_PER_RANGE // PORT_BLOCK
+    for _ in range(blocks):
+        port = first + (next(_handed[kind]) % blocks) * PORT_BLOCK
+        if all(_bindable(kind, port + i) for i in range(PORT_BLOCK)):
+            return port
+    raise RuntimeError(f"no free block of {kind} ports in {first}-{first + PORTS_PER_RANGE - 1}")
 
 
 def free_udp_port() -> int:
