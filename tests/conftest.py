@@ -43,7 +43,7 @@ def _bindable(kind: str, port: int) -> bool:
 
 
 def _free_port(kind: str) -> int:
-    shard = os.environ.get(SHARD_ENV) if os.environ.get(SHARD_ENV) in ("line", "offline") else "line"
+    shard = "offline" if os.environ.get(SHARD_ENV) == "offline" else "line"  # as rtp_base() reads it
     first = PORT_RANGES[(kind, shard)]
     blocks = PORTS_PER_RANGE // PORT_BLOCK
     for _ in range(blocks):

@@ -170,6 +170,7 @@ class KokoroVoices:
         with (data / "voices_ja.npz").open("rb") as f:
             z = np.load(f)
             self.styles = {k: z[k].astype(np.float32) for k in z.files}
+        self.names = sorted(self.styles)
         options = ort.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
         options.log_severity_level = 3
@@ -181,8 +182,7 @@ class KokoroVoices:
         tokens = [self.vocab[c] for c in phonemes if c in self.vocab][: KOKORO_MAX_TOKENS - 2]
         if not tokens:
             raise ValueError(f"no Kokoro phonemes in {phonemes!r}")
-        names = sorted(self.styles)
-        a, b = rng.sample(names, 2)
+        a, b = rng.sample(self.names, 2)
         mix = rng.choice([0.0, rng.uniform(0.2, 0.8)])
         row = min(len(tokens), len(self.styles[a])) - 1
         style = (1 - mix) * self.styles[a][row] + mix * self.styles[b][row]
@@ -227,8 +227,7 @@ class Voices:
 
         if self._kokoro is None:
             self._kokoro = KokoroVoices()
-        said = self.hibari.phonemize(normalize(text))
-        return self._kokoro.read(" ".join(said) if isinstance(said, list) else said, rng)
+        return self._kokoro.read(" ".join(self.hibari.phonemize(normalize(text))), rng)  # one string a sentence
 
     def _hibari(self, text: str, speed: float) -> np.ndarray:
         import soxr
