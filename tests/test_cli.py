@@ -154,6 +154,7 @@ def test_voice_list_names_the_voices_and_teachers():
     assert r.returncode == 0
     assert "ssm:joe\t(learnt from piper:joe)" in r.stdout and "ssm:awb" in r.stdout and "ssm:slt" in r.stdout
     assert "ssm:heart\t(learnt from hibari:heart)" in r.stdout
+    assert "ssm:kumo\t(learnt from kokoro:jm_kumo" in r.stdout
 
 
 @pytest.mark.slow
@@ -176,6 +177,8 @@ def test_bench_tts_measures_hibari_beside_ours_in_the_same_run(tmp_path):
     report = json.loads(out.read_text())
     hibari = report["references"]["hibari af_heart"]
     assert hibari["wer"] < 0.2 and hibari["dnsmos"]["OVRL"] > 2.5 and 0 < hibari["rtf_median"] < 0.5
+    kumo = report["references"]["kokoro jm_kumo (teacher)"]  # ssm:kumo's teacher, said as our voices read
+    assert kumo["wer"] < 0.3 and kumo["dnsmos"]["OVRL"] > 2.5
     vs = report["voices"]["ssm:joe"]["vs_hibari"]
     assert vs["wer_ratio"] >= 0 and vs["rtf_ratio"] > 0 and -4 < vs["dnsmos_ovrl_diff"] < 4
 

@@ -201,3 +201,78 @@ def test_the_shipped_clone_speaks_as_loud_as_the_house_voice():
     level_db = {v: 10 * np.log10(np.median([speaking_level(speak(t, v)) for t in lines])) for v in ("allison", "heart")}
     assert abs(level_db["allison"] - level_db["heart"]) < 1.0
     assert abs(level_db["allison"] - LEVEL_DB) < 1.0
+
+
+def test_the_kokoro_teacher_says_our_phonemes_with_its_durations_and_pitch_on_its_own_frames():
+    """Kokoro-82M reads the ids our G2P makes (hibari's vocabulary is Kokoro's): each phoneme's
+    duration and F0 per 12.5 ms frame come from its graph, on exactly the frames of its audio, and
+    jm_kumo speaks at a man's pitch; the samples are speech, not silence."""
+    from callcenter.voice import source_filter as sf
+    from callcenter.voice.kokoro_teacher import KokoroTeacher, TeacherMissing
+    from callcenter.voice.pitch import yin_f0
+    from callcenter.voice.sf_runtime import SfVoice
+
+    (ids,) = SfVoice.g2p()("Please hold while I transfer you to billing.")
+    teacher = KokoroTeacher("jm_kumo")
+    audio, durations, f0 = teacher.say(ids)
+    frames = int(durations.sum())
+    assert len(durations) == len(ids) and (durations >= 2).all() and (durations % 2 == 0).all()
+    assert len(f0) == frames and len(audio) == frames * sf.HOP and 1.5 < frames * sf.HOP / sf.SAMPLE_RATE < 5
+    voiced = f0 > 0
+    assert 0.3 < voiced.mean() < 0.95 and 70 < np.median(f0[voiced]) < 160  # a man's voice
+    # the graph's F0 is the audio's, frame for frame: where YIN (stricter about voicing) hears a
+    # pitch, the teacher says the frame is voiced and gives the same pitch (measured: 1 % apart)
+    heard = yin_f0(audio, sf.HOP)[:frames]
+    both = voiced & (heard > 0)
+    assert both.sum() >= 20 and both.sum() > 0.8 * (heard > 0).sum()
+    assert np.median(np.abs(np.log(heard[both] / f0[both]))) < 0.05
+    # the pads at the phrase ends are the teacher's silence, the phonemes its speech
+    assert np.sqrt(np.mean(audio ** 2)) > 0.01
+    with pytest.raises(TeacherMissing, match="jm_kumo"):
+        KokoroTeacher("nobody")
+
+
+def test_a_teacher_clone_is_refused_clearly_when_asked_wrongly(tmp_path):
+    r = cc("voice", "clone", "kumo2", env={"CALLCENTER_VOICE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "--teacher" in r.stderr and "--from" in r.stderr
+    r = cc("voice", "clone", "kumo2", "--from", tmp_path, "--teacher", "kokoro:jm_kumo")
+    assert r.returncode == 2 and "either" in r.stderr
+    r = cc("voice", "clone", "kumo2", "--teacher", "piper:joe")
+    assert r.returncode == 2 and "kokoro:VOICE" in r.stderr
+    r = cc("voice", "clone", "kumo2", "--teacher", "kokoro:nobody", "--work", tmp_path / "w")
+    assert r.returncode == 2 and "jm_kumo" in r.stderr and "Traceback" not in r.stderr
+    r = cc("voice", "clone", "kumo2", "--teacher", "kokoro:jm_kumo", "--sentences", "3")
+    assert r.returncode == 2 and "--sentences" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_voice_learnt_from_a_kokoro_teacher_speaks_at_its_pitch_and_flows_can_select_it(tmp_path, monkeypatch):
+    """`voice clone NAME --teacher kokoro:jm_kumo`: the teacher says its lines, ssm:heart's decoder
+    is adapted on them, and the voice (a man's, from a woman's) is one flows can select; on lines it
+    did not learn it speaks at the teacher's pitch and at the house level."""
+    from callcenter.call.caller import speak
+    from callcenter.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.voice.corpus import agent_lines
+    from callcenter.voice.kokoro_teacher import KokoroTeacher
+    from callcenter.voice.pitch import yin_f0
+    from callcenter.voice.sf_runtime import SfVoice
+
+    voices = tmp_path / "voices"
+    env = {"CALLCENTER_VOICE_DIR": str(voices)}
+    r = cc("voice", "clone", "kumo2", "--teacher", "kokoro:jm_kumo", "--sentences", "20", "--steps", "200", "--threads", "1",
+           "--work", tmp_path / "work", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    meta = json.loads(str(np.load(voices / "sf-kumo2.npz")["__meta__"]))
+    assert meta["teacher"] == "kokoro:jm_kumo" and meta["steps"] == 200 and "Apache-2.0" in meta["credit"]
+    assert "ssm:kumo2\t(learnt from kokoro:jm_kumo" in cc("voice", "list", env=env).stdout
+
+    monkeypatch.setenv("CALLCENTER_VOICE_DIR", str(voices))
+    held_out = agent_lines(4, seed=78)
+    teacher, g2p = KokoroTeacher("jm_kumo"), SfVoice.g2p()
+    said = [teacher.say(ids)[2] for t in held_out for ids in g2p(t)]
+    teacher_f0 = float(np.median(np.concatenate([f[f > 0] for f in said])))
+    rendered = [speak(t, "kumo2") for t in held_out]
+    f = np.concatenate([yin_f0(a, 100) for a in rendered])
+    assert abs(np.median(f[f > 0]) / teacher_f0 - 1) < 0.15  # jm_kumo ~100 Hz; ssm:heart ~200 Hz
+    level = 10 * np.log10(np.median([speaking_level(a) for a in rendered]))
+    assert abs(level - LEVEL_DB) < 1.0

