@@ -443,7 +443,7 @@ class Adapter:
     inverse STFT, measured), against the recording's power, in log, over loud frames where the base
     voice and the recording agree on voicing. F0 is regressed on the analysis and voicing on the base
     voice (it belongs to the phonemes); durations stay the base voice's and the speaker's rate
-    becomes `tempo`. The three envelopes are pulled towards one common shift (`TIE`) and loosely to
+    becomes `tempo` (unless `durations`: a teacher's exact durations are learnt, at tempo 1). The three envelopes are pulled towards one common shift (`TIE`) and loosely to
     the base voice's (`HOLD`): the split between noise and free phase, which the power cannot tell
     apart, stays the base voice's."""
 
