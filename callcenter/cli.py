@@ -292,7 +292,7 @@ def _clone_from_teacher(args, name: str) -> int:
         utts = kokoro_teacher.prepare(voice, args.sentences, args.seed, work, info, jobs=max(1, args.threads))
     except kokoro_teacher.TeacherMissing as exc:
         raise CliError(str(exc)) from None
-    info["speech_s"] = round(sum(len(u.audio) for u in utts) / 8000, 1)
+    info["speech_s"] = round(sum(len(u.audio) for u in utts) / clone.sf.SAMPLE_RATE, 1)
     info["hold"] = clone.TEACHER_HOLD
     # exact frames: the decoder may leave the base voice's envelopes further (clone.TEACHER_HOLD), and
     # the teacher's durations are learnt, so the voice speaks at its teacher's pace

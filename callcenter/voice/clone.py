@@ -443,9 +443,10 @@ class Adapter:
     inverse STFT, measured), against the recording's power, in log, over loud frames where the base
     voice and the recording agree on voicing. F0 is regressed on the analysis and voicing on the base
     voice (it belongs to the phonemes); durations stay the base voice's and the speaker's rate
-    becomes `tempo` (unless `durations`: a teacher's exact durations are learnt, at tempo 1). The three envelopes are pulled towards one common shift (`TIE`) and loosely to
-    the base voice's (`HOLD`): the split between noise and free phase, which the power cannot tell
-    apart, stays the base voice's."""
+    becomes `tempo` (unless `durations`: a teacher's exact durations are learnt, at tempo 1). The
+    three envelopes are pulled towards one common shift (`TIE`) and loosely to the base voice's
+    (`hold`, `HOLD` by default): the split between noise and free phase, which the power cannot
+    tell apart, stays the base voice's."""
 
     def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0, hold: float = HOLD,
                  durations: bool = False):
@@ -489,7 +490,6 @@ class Adapter:
     def batch(self) -> tuple:
         torch = self.torch
         picks = self.rng.choice(len(self.utts), BATCH, p=self.weights)
-        self._picks = picks
         b = {"f0": torch.zeros(BATCH, WINDOW), "frame_mask": torch.zeros(BATCH, WINDOW),
              "voiced": torch.zeros(BATCH, WINDOW), "fit": torch.zeros(BATCH, WINDOW),
              "log_power": torch.zeros(BATCH, WINDOW, sf.N_BINS), "pulse_power": torch.zeros(BATCH, WINDOW, sf.N_BINS),
@@ -511,7 +511,7 @@ class Adapter:
             b["floor"][i] = t.floor
             b["base"][i, :w] = torch.from_numpy(t.base[s:e])
             b["frame_mask"][i, :w] = 1
-        return conds, b
+        return conds, b, picks
 
     def train_step(self, total_steps: int) -> dict[str, float]:
         import torch.nn.functional as F
@@ -522,7 +522,7 @@ class Adapter:
         lr = LR * min(1.0, (self.step + 1) / 100) * (0.5 * (1 + math.cos(math.pi * min(self.step, total_steps) / total_steps)) * 0.9 + 0.1)
         for g in self.opt.param_groups:
             g["lr"] = lr
-        cond, b = self.batch()
+        cond, b, picks = self.batch()
         out = self.model.decode(cond)
         coefs = out[..., 2:].reshape(*out.shape[:2], 3, sf.N_COEF)
         logs = torch.clamp(coefs @ self.basis, max=sf.LOG_MAG_MAX)  # (B, T, 3, N_BINS)
@@ -545,7 +545,7 @@ class Adapter:
         parts = {}
         if self.learn_durations:  # as sf_model.losses weighs them
             errs = []
-            for k in self._picks:
+            for k in picks:
                 u = self.utts[k]
                 log_dur = self.model.duration(self.enc[k][None], torch.ones(1, len(u.ids), 1))[0].reshape(-1)
                 errs.append(((log_dur - torch.log1p(torch.from_numpy(u.durations).float())) ** 2).mean())

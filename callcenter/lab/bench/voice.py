@@ -203,11 +203,14 @@ def cloned_speakers() -> dict:
     from callcenter.voice.corpus import agent_lines
     from callcenter.voice.ssm_tts import sf_voice_files
 
+    def teacher_says(voice: str) -> list[np.ndarray]:
+        render = kokoro_render(voice)  # loads the graph: once for the 60 lines
+        return [render(t) for t in agent_lines(SPEAKER_RECORDINGS, seed=TEACHER_HELD_OUT_SEED)]
+
     for name, path in sf_voice_files().items():
         teacher = json.loads(str(np.load(path)["__meta__"])).get("teacher", "")
         if teacher.startswith("kokoro:"):
-            speakers[name] = lambda v=teacher.partition(":")[2]: [
-                kokoro_render(v)(t) for t in agent_lines(SPEAKER_RECORDINGS, seed=TEACHER_HELD_OUT_SEED)]
+            speakers[name] = lambda v=teacher.partition(":")[2]: teacher_says(v)
     return speakers
 
 
