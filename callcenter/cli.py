@@ -97,7 +97,10 @@ def cmd_voice_list(args) -> int:
     for voice, path in sf_voice_files().items():
         meta = json.loads(str(np.load(path)["__meta__"]))
         cloned = meta.get("credit") or meta.get("cloned_from")
-        if meta.get("teacher") and meta.get("base"):  # voice clone --teacher: adapted on a distilled voice
+        if meta.get("kind") == "derived":  # voice derive: another voice's network, pitch and formants moved
+            teachers[voice] = (f"ssm:{meta['base']} at {meta['pitch']:+g} semitones, formants "
+                               f"x{meta['formant']:g}, {path}")
+        elif meta.get("teacher") and meta.get("base"):  # voice clone --teacher: adapted on a distilled voice
             teachers[voice] = f"learnt from {meta['teacher']}, {path}"
         else:
             teachers[voice] = f"cloned from {cloned}, {path}" if cloned else "learnt from hibari:heart"
@@ -327,6 +330,29 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
     done = "" if adapter.step >= args.steps else f" (stopped at the time budget; run again to go on to {args.steps})"
     print(f"voice ssm:{name} written to {out}: {adapter.step} steps{done}, "
           f"{(time.monotonic() - started) / 60:.1f} min this run, {out.stat().st_size / 1e6:.1f} MB")
+    return 0
+
+
+def cmd_voice_derive(args) -> int:
+    import re
+
+    from callcenter.voice.derive import DeriveError, derive
+    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, sf_voice_files, user_voice_dir
+
+    name = args.name
+    if not re.fullmatch(VOICE_NAME_RE, name):
+        raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
+    if args.out and Path(args.out).suffix != ".npz":
+        raise CliError(f"--out {args.out}: a voice file's name ends in .npz")
+    if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
+        raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
+    out = Path(args.out) if args.out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
+    try:
+        made = derive(name, args.source, args.pitch, args.formant, out)
+    except DeriveError as exc:
+        raise CliError(str(exc)) from None
+    print(f"voice ssm:{name} written to {out}: ssm:{made['base']} at {made['pitch']:+g} semitones, "
+          f"formants x{made['formant']:g}, gain {made['gain']:g}")
     return 0
 
 
@@ -583,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("say", help="synthesize text to an 8 kHz WAV")
     s.add_argument("text")
     s.add_argument("--out", required=True)
-    s.add_argument("--voice", default=None, help="ssm:joe (default), ssm:awb, ssm:slt, espeak:en-us, ...")
+    s.add_argument("--voice", default=None, help="ssm:heart (default), ssm:reed, ssm:kumo, ssm:allison, ssm:joe, espeak:en-us, ...")
     s.add_argument("--speed", type=float, default=1.0, help="speaking rate, 1.0 normal")
     s.add_argument("--pitch", type=float, default=0.0, help="pitch shift in semitones")
     s.add_argument("--ambience", default="clean", help="clean, office, callcenter or mobile")
@@ -629,6 +655,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--accept-heard", action="store_true", help="train on the recognizer's transcripts without review")
     v.add_argument("--stt-model", default=None, help="the recognizer for the checks (default: telephone)")
     v.set_defaults(fn=cmd_voice_clone)
+    v = vsub.add_parser("derive", help="a new voice ssm:NAME from a source-filter voice, its pitch and formants "
+                                       "moved (no training; e.g. a man's voice from a woman's)")
+    v.add_argument("name", help="the new voice's name (ssm:NAME)")
+    v.add_argument("--from", dest="source", required=True, help="the source-filter voice it speaks with (ssm:heart)")
+    v.add_argument("--pitch", type=float, default=0.0, help="semitones up (down when negative), -12 to 12")
+    v.add_argument("--formant", type=float, default=1.0,
+                   help="formant frequencies times this, 0.75 to 1.3 (about 0.84 from a woman's voice to a man's)")
+    v.add_argument("--out", default=None, help="voice file (default $CALLCENTER_VOICE_DIR or "
+                                                "~/.local/share/callcenter/voices/sf-NAME.npz)")
+    v.set_defaults(fn=cmd_voice_derive)
 
     s = sub.add_parser("llm", help="the offline generative model for llm nodes")
     lsub = s.add_subparsers(dest="llm_cmd", required=True)

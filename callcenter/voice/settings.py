@@ -14,7 +14,7 @@ PROMPT_CACHE_MB = 32  # about 35 minutes of finished sentences at 8 kHz (the con
 class VoiceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(DEFAULT_VOICE, description="backend:voice, e.g. ssm:joe, ssm:awb, ssm:slt, espeak:en-us")
+    name: str = Field(DEFAULT_VOICE, description="backend:voice, e.g. ssm:heart, ssm:reed, ssm:kumo, ssm:allison, espeak:en-us")
     speed: float = Field(1.0, ge=0.5, le=2.0, description="Speaking rate; 1.0 is normal, 1.2 is 20 % faster.")
     pitch: float = Field(0.0, ge=-12, le=12, description="Pitch shift in semitones.")
 
@@ -60,6 +60,9 @@ def voice_problem(name: str) -> str | None:
             return f"voice {name!r} cannot be loaded: {exc}"
         if name not in ssm:
             return f"unknown voice {name!r}: this installation has {', '.join(ssm + ['espeak:<language>'])}"
+        from callcenter.voice.ssm_tts import sf_voice_problem
+
+        return sf_voice_problem(voice)
     return None
 
 

@@ -45,7 +45,7 @@ class SourceFilterStream:
 
     def __init__(self, seed: int = 0, free_phase: str = sf.LOCKED):
         """`free_phase`: how voiced frames phase the free-phase part (`source_filter`): LOCKED to
-        the pulse train, or RANDOM (as a cloned voice's fit assumes)."""
+        the pulse train, or RANDOM (as a cloned voice's spectral fit assumes)."""
         self.rng = np.random.default_rng(seed)
         self.lock = free_phase == sf.LOCKED
         self.f0 = np.zeros(0, np.float64)
@@ -152,6 +152,36 @@ def spoken_as_words(text: str) -> str:
 
 
 _LOADED: dict[str, "SfVoice"] = {}
+# a voice file that holds no weights, only another voice's name and how its pitch (semitones) and
+# formants (a frequency ratio) are moved: `voice derive`
+DERIVED = "derived"
+
+
+def base_voice_file(meta: dict, path) -> Path:
+    """The file of the voice a derived voice file names (`meta["base"]`, a source-filter voice)."""
+    from callcenter.voice.ssm_tts import sf_voice_files
+
+    base = sf_voice_files().get(str(meta.get("base", "")))
+    if base is None:
+        raise VoiceFileError(f"{path}: derived from ssm:{meta.get('base')}, which this installation does not have")
+    if read_meta(base).get("kind") == DERIVED:  # one level: `voice derive` resolves a derived base itself
+        raise VoiceFileError(f"{path}: derived from ssm:{meta['base']}, itself a derived voice")
+    return base
+
+
+def read_meta(path) -> dict:
+    """A voice file's metadata alone."""
+    try:
+        with np.load(path) as blob:
+            return json.loads(str(blob["__meta__"]))
+    except (OSError, KeyError, ValueError) as exc:
+        raise VoiceFileError(f"{path}: not a source-filter voice file ({exc})") from None
+
+
+def export_derived(path, base: str, pitch: float, formant: float, extra: dict | None = None) -> None:
+    """A derived voice file: no weights, ssm:`base`'s spoken `pitch` semitones higher (lower when
+    negative) with its formants at `formant` times their frequency."""
+    _save(path, {"kind": DERIVED, "base": base, "pitch": float(pitch), "formant": float(formant), **(extra or {})}, {})
 
 
 def load_sf_voice(path) -> "SfVoice":
@@ -192,6 +222,10 @@ class SfVoice:
             self.p = {k: blob[k].astype(np.float32) for k in blob.files if k != "__meta__"}
         except (OSError, KeyError, ValueError) as exc:
             raise VoiceFileError(f"{path}: not a source-filter voice file ({exc})") from None
+        if self.meta.get("kind") == DERIVED:  # another voice's weights, its pitch and formants moved
+            base = load_sf_voice(base_voice_file(self.meta, path))
+            self.p = base.p
+            self.meta = {**base.meta, **self.meta}
         self.config = self.meta["config"]
         p = self.p
         self.blocks = [load_block(p, f"decoder.{i}") for i in range(self.config["decoder_layers"])]
@@ -200,6 +234,8 @@ class SfVoice:
         self._dec_w, self._dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
         self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
         self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
+        formant = float(self.meta.get("formant", 1.0))
+        self._warp = sf.formant_warp(formant).T.copy() if formant != 1.0 else None
 
     def plan(self, ids: list[int], speed: float = 1.0) -> np.ndarray:
         """(T, D) decoder conditioning for one phrase of hibari phoneme ids."""
@@ -214,7 +250,9 @@ class SfVoice:
                pitch: float = 0.0) -> Iterator[np.ndarray]:
         """8 kHz float samples, a step's worth at a time; `pitch` shifts F0 in semitones."""
         dsp = SourceFilterStream(seed, self.meta.get("free_phase", sf.LOCKED))
-        shift = 2.0 ** (pitch / 12)
+        shift = 2.0 ** ((pitch + float(self.meta.get("pitch", 0.0))) / 12)  # the flow's, and a derived voice's
+        # the harmonic envelope keeps the voiced power at the shifted F0 (sf.harmonic_level)
+        level = sf.harmonic_level(shift) * sf.LOG_LEVEL_TO_COEF
         # a cloned voice's intonation: its predicted log F0 widened about its centre by `f0_spread`
         # (its speaker's range against what the adapted decoder predicts) and kept within its
         # speaker's `f0_range` (clone.py); a trained voice has neither (1, and no bound: a frame
@@ -226,7 +264,13 @@ class SfVoice:
         for out in self.frames(cond, cancelled):
             log_f0 = np.clip(centre + spread * (out[:, 0] - centre), lo, hi)
             f0 = np.where(out[:, 1] > 0, np.exp(log_f0 + LOG_F0_MEAN) * shift, 0.0)
-            dsp.add(f0, out[:, 2:].reshape(len(out), 3, sf.N_COEF))
+            coefs = out[:, 2:].reshape(len(out), 3, sf.N_COEF)
+            if self._warp is not None:
+                coefs = coefs @ self._warp
+            if level:
+                coefs = coefs.copy() if self._warp is None else coefs
+                coefs[:, 0, 0] += level
+            dsp.add(f0, coefs)
             samples = dsp.samples()
             if len(samples):
                 yield samples * gain if gain != 1.0 else samples
@@ -246,10 +290,14 @@ class SfVoice:
 
 def set_gain(path: str | Path, gain: float) -> None:
     """Rewrite the voice file at `path` with `gain` in its metadata (its samples are scaled by it)."""
-    blob = np.load(path)
-    arrays = {k: blob[k] for k in blob.files if k != "__meta__"}
-    meta = {**json.loads(str(blob["__meta__"])), "gain": gain}
-    blob.close()
+    set_meta(path, gain=gain)
+
+
+def set_meta(path: str | Path, **values) -> None:
+    """Rewrite the voice file at `path` with `values` in its metadata, its weights as they were."""
+    with np.load(path) as blob:
+        arrays = {k: blob[k] for k in blob.files if k != "__meta__"}
+        meta = {**json.loads(str(blob["__meta__"])), **values}
     _save(path, meta, arrays)
 
 

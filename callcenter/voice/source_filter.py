@@ -40,8 +40,9 @@ F0_MIN = 40.0  # Hz: below this a frame is unvoiced
 F_MAX = 3900.0  # the pulse train's highest harmonic
 LOG_MAG_MAX = 7.0
 TEACHER_GAIN = 1 / 3  # hibari's parameters are for a 1200-point inverse FFT: a third of the level here
-# how voiced frames phase the free-phase part (below): the pulse train's own phase, or random (a
-# cloned voice: its spectral fit assumes a random phase; its file says so, meta "free_phase")
+# how voiced frames phase the free-phase part (below): the pulse train's own phase, or random (what
+# a clone's spectral fit assumes; a clone from recordings is rendered locked all the same since
+# 2026-12-05, a teacher's clone random: clone.export; a file says which, meta "free_phase")
 LOCKED, RANDOM = "locked", "random"
 WIN = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).astype(np.float32)  # periodic Hann
 WIN_SRC = WIN / (N_FFT / 4)  # a unit cosine then has magnitude 1 in the STFT
@@ -67,6 +68,33 @@ def to_coefs(log_mag: np.ndarray) -> np.ndarray:
 def from_coefs(coefs: np.ndarray) -> np.ndarray:
     """(F, N_COEF) → (N_BINS, F) log magnitudes."""
     return (coefs @ BASIS).T
+
+
+def formant_warp(ratio: float) -> np.ndarray:
+    """(N_COEF, N_COEF): an envelope's coefficients -> those of the same envelope with every feature
+    at `ratio` times its frequency (formants of a longer vocal tract: ratio < 1; about 0.84 from an
+    adult woman's to a man's). Bins the warp reads past the top take the top bin's value. Applied as
+    `coefs @ formant_warp(r).T`; 1 is the identity up to the DCT's truncation."""
+    if not 0.5 <= ratio <= 2.0:
+        raise ValueError(f"formant ratio {ratio}: expected 0.5 to 2")
+    k = np.arange(N_BINS)
+    src = np.minimum(k / ratio, N_BINS - 1)
+    lo = np.floor(src).astype(int)
+    hi = np.minimum(lo + 1, N_BINS - 1)
+    w = src - lo
+    resample = np.zeros((N_BINS, N_BINS))
+    np.add.at(resample, (k, lo), 1 - w)
+    np.add.at(resample, (k, hi), w)
+    return (BASIS @ resample @ BASIS.T).astype(np.float32)
+
+
+def harmonic_level(f0_ratio: float) -> float:
+    """The log-magnitude change that keeps voiced power when F0 is scaled by `f0_ratio`: the pulse
+    train's harmonics have unit amplitude, so 1/f0_ratio times as many fall in each band."""
+    return 0.5 * float(np.log(f0_ratio))
+
+
+LOG_LEVEL_TO_COEF = float(np.sqrt(N_BINS))  # a constant log-magnitude offset is this times it in coefficient 0
 
 
 def pulses(f0: np.ndarray, start_phase: float = 0.0) -> tuple[np.ndarray, float]:

@@ -63,6 +63,24 @@ def sf_voices() -> list[str]:
     return list(sf_voice_files())
 
 
+def sf_voice_problem(voice: str) -> str | None:
+    """Why the source-filter voice `voice` cannot speak here (a derived voice whose base is gone),
+    or None; reads metadata only."""
+    path = sf_voice_files().get(voice)
+    if path is None:
+        return None
+    from callcenter.voice.runtime import VoiceFileError
+    from callcenter.voice.sf_runtime import DERIVED, base_voice_file, read_meta
+
+    try:
+        meta = read_meta(path)
+        if meta.get("kind") == DERIVED:
+            base_voice_file(meta, path)
+    except VoiceFileError as exc:
+        return f"voice 'ssm:{voice}' cannot be loaded: {exc}"
+    return None
+
+
 def ssm_tts(voice: str, speed: float = 1.0, pitch: float = 0.0) -> "SsmTts":
     """The streaming stage for `ssm:<voice>`: a source-filter voice if it is one, else a voice of
     the spectral model file."""
