@@ -138,7 +138,7 @@ def test_say_writes_8k_audio(tmp_path):
 
 @pytest.mark.slow
 def test_say_with_each_voice_and_controls(tmp_path):
-    for voice in ("ssm:joe", "ssm:awb", "ssm:slt", "ssm:heart", "espeak:en-gb-scotland"):
+    for voice in ("ssm:joe", "ssm:awb", "ssm:slt", "ssm:heart", "ssm:reed", "espeak:en-gb-scotland"):
         out = tmp_path / f"{voice.replace(':', '-')}.wav"
         r = cc("say", "Your balance is $12.50.", "--voice", voice, "--speed", "1.1", "--pitch", "2",
                "--ambience", "office", "--out", out)
@@ -155,6 +155,7 @@ def test_voice_list_names_the_voices_and_teachers():
     assert "ssm:joe\t(learnt from piper:joe)" in r.stdout and "ssm:awb" in r.stdout and "ssm:slt" in r.stdout
     assert "ssm:heart\t(learnt from hibari:heart)" in r.stdout
     assert "ssm:kumo\t(learnt from kokoro:jm_kumo" in r.stdout
+    assert "ssm:reed\t(ssm:heart at -10 semitones, formants x0.84" in r.stdout
 
 
 @pytest.mark.slow

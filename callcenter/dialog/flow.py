@@ -42,8 +42,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-VoiceField = Field(None, description="Voice for this node's prompts: a name (ssm:joe, ssm:awb, ssm:slt, "
-                                     "espeak:en-us) or {name, speed, pitch}. Defaults to the flow's voice.")
+VoiceField = Field(None, description="Voice for this node's prompts: a name (ssm:heart, ssm:reed, ssm:kumo, "
+                                     "ssm:allison, espeak:en-us) or {name, speed, pitch}. Defaults to the flow's voice.")
 
 
 def _as_voice(v):
@@ -564,8 +564,8 @@ class Flow(_Strict):
     name: str
     version: int = 1
     voice: VoiceSettings = Field(default_factory=VoiceSettings,
-                                 description="Voice for the whole flow: a name (ssm:heart — the default, ssm:joe, ssm:awb, "
-                                             "ssm:slt, espeak:en-us) or {name, speed, pitch}.")
+                                 description="Voice for the whole flow: a name (ssm:heart — the default, ssm:reed, ssm:kumo, "
+                                             "ssm:allison, espeak:en-us) or {name, speed, pitch}.")
     ambience: AmbienceSettings = Field(default_factory=AmbienceSettings,
                                        description="Phone-line ambience: a preset (clean, office, callcenter, "
                                                    "mobile) or {preset, enabled, hiss_db, bed_db, ...}.")
@@ -1167,7 +1167,7 @@ FIELD_DOCS = {
 def flow_schema() -> dict:
     """JSON Schema of flow files, for editors (yaml-language-server) to complete and validate."""
     schema = Flow.model_json_schema(by_alias=True)
-    shorthand = {"#/$defs/VoiceSettings": "a voice name, e.g. ssm:joe",
+    shorthand = {"#/$defs/VoiceSettings": "a voice name, e.g. ssm:reed",
                  "#/$defs/AmbienceSettings": "a preset: clean, office, callcenter or mobile"}
 
     def allow_names(node):  # voice: ssm:joe and ambience: office are accepted as plain strings
