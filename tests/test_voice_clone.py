@@ -127,7 +127,7 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     assert (voices / "sf-kal.npz").exists() and (voices / "sf-kal.npz").stat().st_size < 5e6
     meta = json.loads(str(np.load(voices / "sf-kal.npz")["__meta__"]))
     assert meta["base"] == "ssm:heart" and meta["steps"] == 500
-    assert meta["free_phase"] == "random"  # rendered as its fit assumed (source_filter.RANDOM)
+    assert meta["free_phase"] == "locked"  # rendered as ssm:heart is (source_filter.LOCKED; clone.export)
     assert 1.0 <= meta["f0_spread"] <= 2.5 and 4.0 < meta["f0_centre"] < 6.0  # its speaker's intonation range
 
     assert "ssm:kal" in cc("voice", "list", env=env).stdout
