@@ -91,13 +91,14 @@ def cmd_voice_list(args) -> int:
 
     import numpy as np
 
+    from callcenter.voice.sf_runtime import DERIVED
     from callcenter.voice.ssm_tts import sf_voice_files
 
     teachers = {k: f"learnt from {v}" for k, v in load_voices().meta.get("teachers", {}).items()}
     for voice, path in sf_voice_files().items():
         meta = json.loads(str(np.load(path)["__meta__"]))
         cloned = meta.get("credit") or meta.get("cloned_from")
-        if meta.get("kind") == "derived":  # voice derive: another voice's network, pitch and formants moved
+        if meta.get("kind") == DERIVED:  # voice derive: another voice's network, pitch and formants moved
             teachers[voice] = (f"ssm:{meta['base']} at {meta['pitch']:+g} semitones, formants "
                                f"x{meta['formant']:g}, {path}")
         elif meta.get("teacher") and meta.get("base"):  # voice clone --teacher: adapted on a distilled voice
@@ -615,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ambience", default="clean", help="clean, office, callcenter or mobile")
     s.set_defaults(fn=cmd_say)
 
-    s = sub.add_parser("voice", help="the SSM voices: list them, or train them from teacher voices")
+    s = sub.add_parser("voice", help="the SSM voices: list them, train them from teacher voices, clone or derive new ones")
     vsub = s.add_subparsers(dest="voice_cmd", required=True)
     v = vsub.add_parser("list", help="voices this installation can speak with")
     v.set_defaults(fn=cmd_voice_list)
