@@ -50,8 +50,8 @@ def test_growing_steps_compute_what_eight_frame_steps_compute(tmp_path):
     cond = np.random.default_rng(0).standard_normal((sum(steps), 32)).astype(np.float32)
     grown = list(voice.frames(cond))
     assert [len(o) for o in grown] == steps
-    eights = Recurrence(voice.blocks, [scan_fn(b, 8) for b in voice.blocks], voice._dec_w, voice._dec_b,
-                        voice._head_w, voice._head_b)
+    net = voice.net
+    eights = Recurrence(net.blocks, [scan_fn(b, 8) for b in net.blocks], net.dec_w, net.dec_b, net.head_w, net.head_b)
     same = np.concatenate([out for _, out in eights.run(cond)])
     assert np.allclose(np.concatenate(grown), same, atol=1e-4)
 

@@ -127,10 +127,13 @@ def test_the_shipped_male_voice_is_heart_derived_and_speaks_as_a_man_at_the_hous
     from callcenter.voice.clone import LEVEL_DB, speaking_level
     from callcenter.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
-    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR
+    from callcenter.voice.sf_runtime import load_sf_voice
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, sf_voice_files
 
     meta = json.loads(str(np.load(SHIPPED_VOICE_DIR / "sf-reed.npz")["__meta__"]))
     assert meta["kind"] == "derived" and meta["base"] == "heart"
+    files = sf_voice_files()
+    assert load_sf_voice(files["reed"]).net is load_sf_voice(files["heart"]).net  # one copy of the weights
     said = [speak(t, "reed") for t in agent_lines(4, seed=91)]
     f = np.concatenate([yin_f0(a, 60) for a in said])
     assert 95 < np.median(f[f > 0]) < 125  # an adult man's speaking pitch

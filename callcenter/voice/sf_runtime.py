@@ -219,23 +219,25 @@ class SfVoice:
         try:
             blob = np.load(path)
             self.meta = json.loads(str(blob["__meta__"]))
-            self.p = {k: blob[k].astype(np.float32) for k in blob.files if k != "__meta__"}
+            p = {k: blob[k].astype(np.float32) for k in blob.files if k != "__meta__"}
         except (OSError, KeyError, ValueError) as exc:
             raise VoiceFileError(f"{path}: not a source-filter voice file ({exc})") from None
-        if self.meta.get("kind") == DERIVED:  # another voice's weights, its pitch and formants moved
+        if self.meta.get("kind") == DERIVED:  # another voice's network, its pitch and formants moved
             base = load_sf_voice(base_voice_file(self.meta, path))
-            self.p = base.p
             self.meta = {**base.meta, **self.meta}
-        self.config = self.meta["config"]
-        p = self.p
-        self.blocks = [load_block(p, f"decoder.{i}") for i in range(self.config["decoder_layers"])]
-        self._scans = [scan_fn(b, FRAMES_PER_FIRST_STEP) for b in self.blocks]  # the first step (first audio)
-        self._later = [scan_fn(b, SCAN_CHUNK_FRAMES) for b in self.blocks]  # the rest
-        self._dec_w, self._dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
-        self._head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
-        self._head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
+            self.net = base.net  # one copy of the weights and step matrices in the process
+        else:
+            self.net = _Network(p, self.meta["config"])
         formant = float(self.meta.get("formant", 1.0))
         self._warp = sf.formant_warp(formant).T.copy() if formant != 1.0 else None
+
+    @property
+    def p(self) -> dict[str, np.ndarray]:
+        return self.net.p
+
+    @property
+    def config(self) -> dict:
+        return self.net.config
 
     def plan(self, ids: list[int], speed: float = 1.0) -> np.ndarray:
         """(T, D) decoder conditioning for one phrase of hibari phoneme ids."""
@@ -282,10 +284,27 @@ class SfVoice:
     def frames(self, cond: np.ndarray, cancelled=lambda: False) -> Iterator[np.ndarray]:
         """The decoder as a recurrence: per step, (K, N_OUT) outputs for the next K frames, from
         the carried convolution windows and SSM states (the same function as the torch decoder)."""
-        decoder = Recurrence(self.blocks, self._scans, self._dec_w, self._dec_b, self._head_w, self._head_b,
-                             later=self._later)
-        for _, out in decoder.run(cond, cancelled):
+        for _, out in self.net.recurrence().run(cond, cancelled):
             yield out
+
+
+class _Network:
+    """A voice file's weights as the numpy decoder runs them: the SSM blocks with their step
+    matrices, and the input and output projections (a derived voice shares its base's)."""
+
+    def __init__(self, p: dict[str, np.ndarray], config: dict):
+        self.p, self.config = p, config
+        self.blocks = [load_block(p, f"decoder.{i}") for i in range(config["decoder_layers"])]
+        self.scans = [scan_fn(b, FRAMES_PER_FIRST_STEP) for b in self.blocks]  # the first step (first audio)
+        self.later = [scan_fn(b, SCAN_CHUNK_FRAMES) for b in self.blocks]  # the rest
+        self.dec_w, self.dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
+        self.head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
+        self.head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
+
+    def recurrence(self) -> Recurrence:
+        """A fresh decoder state over these weights (one per utterance)."""
+        return Recurrence(self.blocks, self.scans, self.dec_w, self.dec_b, self.head_w, self.head_b,
+                          later=self.later)
 
 
 def set_gain(path: str | Path, gain: float) -> None:
