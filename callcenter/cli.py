@@ -89,14 +89,12 @@ def cmd_voice_list(args) -> int:
     from callcenter.voice.settings import known_voices
     from callcenter.voice.ssm_tts import load_voices
 
-    import numpy as np
-
-    from callcenter.voice.sf_runtime import DERIVED
+    from callcenter.voice.sf_runtime import DERIVED, read_meta
     from callcenter.voice.ssm_tts import sf_voice_files
 
     teachers = {k: f"learnt from {v}" for k, v in load_voices().meta.get("teachers", {}).items()}
     for voice, path in sf_voice_files().items():
-        meta = json.loads(str(np.load(path)["__meta__"]))
+        meta = read_meta(path)
         cloned = meta.get("credit") or meta.get("cloned_from")
         if meta.get("kind") == DERIVED:  # voice derive: another voice's network, pitch and formants moved
             teachers[voice] = (f"ssm:{meta['base']} at {meta['pitch']:+g} semitones, formants "
@@ -216,22 +214,37 @@ def cmd_voice_train(args) -> int:
 VOICE_NAME_RE = r"[a-z][a-z0-9_]{0,31}"
 
 
+def _check_new_voice(name: str, out: str | None) -> None:
+    """What `voice clone` and `voice derive` refuse before any work: a bad name, an --out that is
+    not a voice file, a shipped voice's name without --out."""
+    import re
+
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, sf_voice_files
+
+    if not re.fullmatch(VOICE_NAME_RE, name):
+        raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
+    if out and Path(out).suffix != ".npz":
+        raise CliError(f"--out {out}: a voice file's name ends in .npz")
+    if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not out:
+        raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
+
+
+def _new_voice_file(name: str, out: str | None) -> Path:
+    """Where a new voice ssm:`name` is written: --out, else the user's voice folder."""
+    from callcenter.voice.ssm_tts import SF_PREFIX, user_voice_dir
+
+    return Path(out) if out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
+
+
 def cmd_voice_clone(args) -> int:
     import importlib.util
-    import re
 
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
         raise CliError("cloning needs the training extra: pip install -e '.[train]' (torch and onnx)")
     from callcenter.voice import clone
-    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, sf_voice_files
 
     name = args.name
-    if not re.fullmatch(VOICE_NAME_RE, name):
-        raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
-    if args.out and Path(args.out).suffix != ".npz":
-        raise CliError(f"--out {args.out}: a voice file's name ends in .npz")
-    if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
-        raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
+    _check_new_voice(name, args.out)
     if (args.source is None) == (args.teacher is None):
         raise CliError("give either --from DIR (a speaker's recordings) or --teacher kokoro:VOICE")
     if args.teacher is not None:
@@ -309,7 +322,7 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from callcenter.voice import clone
-    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, user_voice_dir
+    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
     base = SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
     started = time.monotonic()
@@ -326,7 +339,7 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
                       + f" {(time.monotonic() - started) / 60:.1f} min", flush=True)
 
         adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations)
-    out = Path(args.out) if args.out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
+    out = _new_voice_file(name, args.out)
     clone.export(adapter, out, info)
     done = "" if adapter.step >= args.steps else f" (stopped at the time budget; run again to go on to {args.steps})"
     print(f"voice ssm:{name} written to {out}: {adapter.step} steps{done}, "
@@ -335,19 +348,11 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
 
 
 def cmd_voice_derive(args) -> int:
-    import re
-
     from callcenter.voice.derive import DeriveError, derive
-    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR, sf_voice_files, user_voice_dir
 
     name = args.name
-    if not re.fullmatch(VOICE_NAME_RE, name):
-        raise CliError(f"voice name {name!r}: use lower-case letters, digits and _ (at most 32), starting with a letter")
-    if args.out and Path(args.out).suffix != ".npz":
-        raise CliError(f"--out {args.out}: a voice file's name ends in .npz")
-    if name in sf_voice_files() and sf_voice_files()[name].parent == SHIPPED_VOICE_DIR and not args.out:
-        raise CliError(f"ssm:{name} is a shipped voice: pick another name (or give --out)")
-    out = Path(args.out) if args.out else user_voice_dir() / f"{SF_PREFIX}{name}.npz"
+    _check_new_voice(name, args.out)
+    out = _new_voice_file(name, args.out)
     try:
         made = derive(name, args.source, args.pitch, args.formant, out)
     except DeriveError as exc:

@@ -201,6 +201,7 @@ def cloned_speakers() -> dict:
     speakers = {"allison": allison_held_out}
     # a voice learnt from a Kokoro teacher (voice clone --teacher) against the teacher saying other lines
     from callcenter.voice.corpus import agent_lines
+    from callcenter.voice.sf_runtime import read_meta
     from callcenter.voice.ssm_tts import sf_voice_files
 
     def teacher_says(voice: str) -> list[np.ndarray]:
@@ -208,7 +209,7 @@ def cloned_speakers() -> dict:
         return [render(t) for t in agent_lines(SPEAKER_RECORDINGS, seed=TEACHER_HELD_OUT_SEED)]
 
     for name, path in sf_voice_files().items():
-        teacher = json.loads(str(np.load(path)["__meta__"])).get("teacher", "")
+        teacher = read_meta(path).get("teacher", "")
         if teacher.startswith("kokoro:"):
             speakers[name] = lambda v=teacher.partition(":")[2]: teacher_says(v)
     return speakers
