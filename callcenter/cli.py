@@ -195,6 +195,15 @@ def cmd_voice_train(args) -> int:
         init = Path(args.init) if args.init else None
         if init is not None and not init.is_file():
             raise CliError(f"--init {init}: no such voice file")
+        from callcenter.voice.runtime import VoiceFileError
+        from callcenter.voice.sf_runtime import DERIVED, read_meta
+
+        try:
+            meta = read_meta(init) if init is not None else {}
+        except VoiceFileError as exc:
+            raise CliError(f"--init {exc}") from None
+        if meta.get("kind") == DERIVED:
+            raise CliError(f"--init {init}: a derived voice holds no weights; train on from ssm:{meta['base']}'s file")
         history = init_history(init)  # read before `out` (it may be the same file) is rewritten
         ckpt = train_sf(Path(args.work) / "sf", args.steps, args.minutes, threads=args.threads, init=init)
         export(ckpt, out, history)

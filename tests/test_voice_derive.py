@@ -103,6 +103,10 @@ def test_wrong_derivations_are_refused_with_a_message_and_a_derived_base_is_foll
     assert meta["base"] == "heart" and meta["pitch"] == -11 and abs(meta["formant"] - 0.798) < 1e-9
     r = cc("voice", "derive", "deepest", "--from", "ssm:deeper", "--pitch", "-3", env=env)
     assert r.returncode == 2 and "-14" in r.stderr  # -11 - 3 from ssm:heart
+    # a derived file has no weights to train on from
+    r = cc("voice", "train", "--voices", "heart=hibari", "--init", tmp_path / "sf-deep.npz", "--work", tmp_path / "w",
+           env=env)
+    assert r.returncode == 2 and "a derived voice holds no weights" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_a_derived_voice_whose_base_is_gone_is_reported_not_crashed_on(tmp_path, monkeypatch):
