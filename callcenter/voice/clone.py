@@ -72,6 +72,9 @@ F0_WEIGHT = 1.0  # the speaker's pitch, from the analysis
 TEMPO_RANGE = (0.7, 1.4)
 SPREAD_RANGE = (1.0, 2.5)  # how far the voice's intonation may be widened towards the speaker's
 F0_PERCENTILES = (2, 98)  # the speaker's F0 range, which the widened intonation stays within
+AUTO = "auto"  # `voice clone --base auto` (the default): Base.nearest
+AUTO_BASES = ("heart", "reed")  # shipped voices a clone may start from by itself, heart first
+HEART_F0_HZ = 191.0  # ssm:heart's median F0 (README, ssm:reed); reed's is 10 semitones lower, 107 Hz
 TIE = 1.0  # weight of the pull towards one shift of all three envelopes (the speaker's vocal tract)
 # the text side and the durations stay the default voice's (durations from the alignment, a few
 # frames off, made the voice worse): the speaker's rate is one factor, the voice's `speed`
@@ -432,6 +435,49 @@ def fit_target(utt: Utterance, base_out: np.ndarray) -> FitTarget:
                      base_out[:, 2:].reshape(frames, 3, sf.N_COEF).astype(np.float32), voiced)
 
 
+@dataclass(frozen=True)
+class Base:
+    """The voice a clone adapts: its weights' file and, for a derived voice (`voice derive`), the
+    pitch (semitones) and formant ratio its network is heard through. The clone keeps them: it is
+    rendered through the same moves, so its network only learns what they leave over."""
+    name: str
+    path: Path
+    pitch: float = 0.0
+    formant: float = 1.0
+
+    @classmethod
+    def named(cls, voice: str) -> "Base":
+        """ssm:VOICE, a source-filter voice of this installation (a derived one resolved to its
+        base's weights). Raises CloneError."""
+        from callcenter.voice.derive import DeriveError, resolve
+        from callcenter.voice.ssm_tts import sf_voice_files
+
+        files = sf_voice_files()
+        if voice.removeprefix("ssm:") not in files:
+            raise CloneError(f"--base {voice}: not a source-filter voice here; adapt one of "
+                             + ", ".join(f"ssm:{v}" for v in files))
+        try:
+            name, pitch, formant = resolve(voice, 0.0, 1.0)
+        except DeriveError as exc:  # a derived voice whose moves are out of range
+            raise CloneError(f"--base {voice}: {exc}") from None
+        return cls(voice.removeprefix("ssm:"), sf_voice_files()[name], pitch, formant)
+
+    @property
+    def f0_ratio(self) -> float:
+        return float(2.0 ** (self.pitch / 12))
+
+    @classmethod
+    def nearest(cls, utts: list[Utterance]) -> "Base":
+        """`AUTO_BASES`' voice whose pitch is nearest the speaker's (median F0 of the analysis, in
+        log): a man's voice adapts from ssm:reed, a woman's from ssm:heart."""
+        f0 = np.concatenate([u.f0[u.f0 > sf.F0_MIN] for u in utts] or [np.zeros(0)])
+        bases = [cls.named(v) for v in AUTO_BASES]
+        if not len(f0):
+            return bases[0]
+        speaker = float(np.log(np.median(f0)))
+        return min(bases, key=lambda b: abs(speaker - np.log(HEART_F0_HZ * b.f0_ratio)))
+
+
 class Adapter:
     """The default voice, adapted to a speaker's analysed utterances. The loss is a spectral fit
     without randomness: the power the voice's DSP is expected to produce in each bin, given its
@@ -448,7 +494,7 @@ class Adapter:
     (`hold`, `HOLD` by default): the split between noise and free phase, which the power cannot
     tell apart, stays the base voice's."""
 
-    def __init__(self, base_voice: Path, utts: list[Utterance], threads: int = 2, seed: int = 0, hold: float = HOLD,
+    def __init__(self, base: Base, utts: list[Utterance], threads: int = 2, seed: int = 0, hold: float = HOLD,
                  durations: bool = False):
         import torch
 
@@ -456,7 +502,14 @@ class Adapter:
 
         torch.set_num_threads(threads)
         self.torch = torch
-        self.model = from_voice_file(base_voice)
+        self.base = base
+        self.model = from_voice_file(base.path)
+        # a derived base: its network is heard through the warp and the pitch (as SfVoice.stream does)
+        self.warp = (torch.from_numpy(sf.formant_warp(self.base.formant).T.copy())
+                     if self.base.formant != 1.0 else None)
+        self.level = torch.zeros(3, sf.N_COEF)
+        self.level[0, 0] = sf.harmonic_level(self.base.f0_ratio) * sf.LOG_LEVEL_TO_COEF
+        self.log_shift = float(np.log(self.base.f0_ratio))
         # `durations`: the utterances' durations are exact (a teacher's), so the duration predictor
         # learns them too and the voice speaks at its own pace (tempo 1), not the base voice's
         self.learn_durations = durations
@@ -525,7 +578,8 @@ class Adapter:
         cond, b, picks = self.batch()
         out = self.model.decode(cond)
         coefs = out[..., 2:].reshape(*out.shape[:2], 3, sf.N_COEF)
-        logs = torch.clamp(coefs @ self.basis, max=sf.LOG_MAG_MAX)  # (B, T, 3, N_BINS)
+        heard = (coefs if self.warp is None else coefs @ self.warp) + self.level  # as SfVoice.stream renders them
+        logs = torch.clamp(heard @ self.basis, max=sf.LOG_MAG_MAX)  # (B, T, 3, N_BINS)
         power = sf.TEACHER_GAIN ** 2 * (torch.exp(2 * logs[..., 0, :]) * b["pulse_power"]
                                         + NOISE_POWER * torch.exp(2 * logs[..., 1, :])
                                         + FREE_POWER * torch.exp(2 * logs[..., 2, :]))
@@ -538,7 +592,7 @@ class Adapter:
         # one filter for every source: the noise and free-phase parts move with the harmonic part
         tie = (((shift[..., 1:, :] - shift[..., :1, :]).abs().mean((-1, -2))) * frames).sum() / n
         voiced = b["f0"] > sf.F0_MIN
-        log_f0 = torch.log(b["f0"].clamp(min=sf.F0_MIN)) - LOG_F0_MEAN
+        log_f0 = torch.log(b["f0"].clamp(min=sf.F0_MIN)) - LOG_F0_MEAN - self.log_shift
         f0 = ((out[..., 0] - log_f0).abs() * voiced).sum() / voiced.sum().clamp(min=1)
         voicing = (F.binary_cross_entropy_with_logits(out[..., 1], b["voiced"], reduction="none") * frames).sum() / n
         total = fit + self.hold * hold + TIE * tie + F0_WEIGHT * f0 + 0.2 * voicing
@@ -562,7 +616,8 @@ class Adapter:
     def intonation(self) -> tuple[float, float, tuple[float, float]]:
         """(spread, centre, range): how much wider the speaker's intonation is than the adapted
         voice's when it says the same texts as it will speak (its own durations, at its tempo), the
-        log F0 to widen about, and the speaker's F0 range (Hz, `F0_PERCENTILES` of the analysis).
+        log F0 to widen about, and the speaker's F0 range (Hz, `F0_PERCENTILES` of the analysis;
+        all three as the network gives F0, before a derived base's pitch move).
         A regression on F0 flattens it: the clone of the Asterisk speaker on her own transcripts,
         0.15 in log F0 standard deviation against her 0.21. The runtime widens the predicted log F0
         about `centre` by `spread` and keeps it within `range` (SfVoice.stream): widened without
@@ -575,7 +630,7 @@ class Adapter:
         theirs, ours = [], []
         with torch.no_grad():
             for u, enc in zip(self.utts, self.enc):
-                theirs.append(np.log(u.f0[u.f0 > sf.F0_MIN]))
+                theirs.append(np.log(u.f0[u.f0 > sf.F0_MIN]) - self.log_shift)  # as the network gives it
                 log_dur = self.model.duration(enc[None], torch.ones(1, len(u.ids), 1))[0].numpy()
                 durations = torch.from_numpy(frames_per_id(log_dur.reshape(-1), self.tempo))
                 out = self.model.decode(self.model.condition(enc[None], durations[None]))[0].numpy()
@@ -589,21 +644,25 @@ class Adapter:
 
     def save(self, path: Path) -> None:
         self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
-                         "rng": self.rng.bit_generator.state}, path)
+                         "rng": self.rng.bit_generator.state, "base": self.base.name}, path)
 
     def load(self, path: Path) -> None:
         state = self.torch.load(path, weights_only=False)
+        started = state.get("base", "heart")  # checkpoints from before --base all started from heart
+        if started != self.base.name:
+            raise CloneError(f"{path} goes on from ssm:{started}, not ssm:{self.base.name}: run with --base "
+                             f"ssm:{started} to go on, or give another --work")
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
 
 
-def adapt(base_voice: Path, utts: list[Utterance], work: Path, steps: int, minutes: float, threads: int = 2,
+def adapt(base: Base, utts: list[Utterance], work: Path, steps: int, minutes: float, threads: int = 2,
           progress: Callable[[int, int, dict], None] | None = None, hold: float = HOLD,
           durations: bool = False) -> "Adapter":
     """Train until `steps` (resuming from `work/ckpt.pt`) or the time budget; returns the adapter."""
-    adapter = Adapter(base_voice, utts, threads, hold=hold, durations=durations)
+    adapter = Adapter(base, utts, threads, hold=hold, durations=durations)
     ckpt = work / "ckpt.pt"
     if ckpt.exists():
         adapter.load(ckpt)
@@ -633,7 +692,10 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
     # random phase: ssm:kumo locked was better on the dev lines (WER 10.6 -> 9.8 %) but worse on
     # the held-out sentences (8.9 -> 10.8 %), so it was not changed (README, "Cloning a voice")
     phase = sf.RANDOM if info.get("teacher") else sf.LOCKED
-    export_sf_voice(out, adapter.model, {**info, "steps": adapter.step, "kind": "source-filter",
+    base = adapter.base  # a derived base's moves stay the clone's (SfVoice applies them)
+    moves = {"pitch": base.pitch, "formant": base.formant} if base.pitch or base.formant != 1.0 else {}
+    export_sf_voice(out, adapter.model, {**info, "base": f"ssm:{base.name}", **moves, "steps": adapter.step,
+                                         "kind": "source-filter",
                                          "speed": round(adapter.tempo, 3), "free_phase": phase,
                                          "f0_spread": round(spread, 3), "f0_centre": round(centre, 4),
                                          "f0_range": [round(lo, 1), round(hi, 1)]})
@@ -663,19 +725,32 @@ def calibrate_level(voice_file: Path, utts: list[Utterance], count: int = LEVEL_
     return gain
 
 
-def prepare(clips: list[Clip], work: Path, info: dict, log: Callable[[str], None] = print) -> list[Utterance]:
-    """Analyse the usable clips once (cached in `work/analysis.npz`, keyed by the clips' names and
-    transcripts)."""
-    from callcenter.voice.hibari_teacher import HibariTeacher
-    from callcenter.voice.sf_runtime import SfVoice
-
-    usable = [c for c in clips if c.usable]
-    key = {"clips": sorted((c.name, c.text, len(c.audio)) for c in usable)}
+def cached_analysis(work: Path, key: dict, info: dict, make: Callable[[], list[Utterance]]) -> list[Utterance]:
+    """`make()`'s utterances, made once and kept in `work/analysis.npz` under `key` (what they were
+    made from: another key makes them again)."""
     cache = work / "analysis.npz"
     if cache.exists():
         utts, cached = load_analysis(cache)
         if cached.get("key") == json.loads(json.dumps(key)):
             return utts
+    utts = make()
+    work.mkdir(parents=True, exist_ok=True)
+    save_analysis(cache, utts, {**info, "key": key})
+    return utts
+
+
+def prepare(clips: list[Clip], work: Path, info: dict, log: Callable[[str], None] = print) -> list[Utterance]:
+    """Analyse the usable clips once (cached in `work/analysis.npz`, keyed by the clips' names and
+    transcripts)."""
+    usable = [c for c in clips if c.usable]
+    return cached_analysis(work, {"clips": sorted((c.name, c.text, len(c.audio)) for c in usable)}, info,
+                           lambda: _analyse_all(usable, log))
+
+
+def _analyse_all(usable: list[Clip], log: Callable[[str], None]) -> list[Utterance]:
+    from callcenter.voice.hibari_teacher import HibariTeacher
+    from callcenter.voice.sf_runtime import SfVoice
+
     g2p, teacher = SfVoice.g2p(), HibariTeacher()
     utts = []
     t0 = time.monotonic()
@@ -686,6 +761,4 @@ def prepare(clips: list[Clip], work: Path, info: dict, log: Callable[[str], None
             log(f"  left out {c.name}: {exc}")
         if i % 25 == 0 or i == len(usable):
             log(f"  analysed {i}/{len(usable)} recordings ({time.monotonic() - t0:.0f} s)")
-    work.mkdir(parents=True, exist_ok=True)
-    save_analysis(cache, utts, {**info, "key": key})
     return utts

@@ -183,15 +183,7 @@ def _say_all(voice: str, texts: list[tuple[int, str]], log: Callable[[str], None
 def prepare(voice: str, count: int, seed: int, work, info: dict, log: Callable[[str], None] = print,
             jobs: int = 1) -> list:
     """`utterances`, said once and kept in `work/analysis.npz` (keyed by the voice, count and seed)."""
-    from callcenter.voice.clone import load_analysis, save_analysis
+    from callcenter.voice.clone import cached_analysis
 
     key = {"teacher": f"kokoro:{voice}", "sentences": count, "seed": seed}
-    cache = work / "analysis.npz"
-    if cache.exists():
-        utts, cached = load_analysis(cache)
-        if cached.get("key") == key:
-            return utts
-    utts = utterances(voice, count, seed, log, jobs)
-    work.mkdir(parents=True, exist_ok=True)
-    save_analysis(cache, utts, {**info, "key": key})
-    return utts
+    return cached_analysis(work, key, info, lambda: utterances(voice, count, seed, log, jobs))
