@@ -460,7 +460,7 @@ class Base:
             name, pitch, formant = resolve(voice, 0.0, 1.0)
         except DeriveError as exc:  # a derived voice whose moves are out of range
             raise CloneError(f"--base {voice}: {exc}") from None
-        return cls(voice.removeprefix("ssm:"), sf_voice_files()[name], pitch, formant)
+        return cls(voice.removeprefix("ssm:"), files[name], pitch, formant)
 
     @property
     def f0_ratio(self) -> float:

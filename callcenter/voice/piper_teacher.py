@@ -32,7 +32,7 @@ VOICES = ("joe",)  # the Piper voices this installation has (pip joe-us-piper-vo
 MISAKI_AS_ESPEAK = {"A": "eɪ", "I": "aɪ", "W": "aʊ", "Y": "ɔɪ", "O": "oʊ", "Q": "əʊ", "T": "ɾ", "ᵊ": "ə",
                     "ʤ": "dʒ", "ʧ": "tʃ", "ɐ": "ə"}
 # espeak-ng symbols read as another before lining up (ɚ is misaki's əɹ; ᵻ a reduced ɪ)
-ESPEAK_AS = {"ɚ": "əɹ", "ᵻ": "ɪ", "ɐ": "ə", "ɜ": "ɜ", "ɾ": "ɾ"}
+ESPEAK_AS = {"ɚ": "əɹ", "ᵻ": "ɪ", "ɐ": "ə"}
 LENGTH_MARKS = "ː"  # lengthen the symbol before: its time goes to that symbol
 VOWELS = set("aeiouæɑɒɔəɛɜɪʊʌɚᵻɐyø")
 STRESS = "ˈˌ"
@@ -123,12 +123,6 @@ def misaki_durations(espeak: list[tuple[str, float]], misaki: list[str], start: 
     return out
 
 
-def frames_of(samples: np.ndarray, rate: int) -> np.ndarray:
-    """Per-symbol samples at `rate` → per-symbol frames of `sf.HOP` at 8 kHz (rounded boundaries)."""
-    bounds = np.round(np.cumsum(samples) * sf.SAMPLE_RATE / rate / sf.HOP).astype(np.int64)
-    return np.diff(np.concatenate([[0], bounds]))
-
-
 class PiperSfTeacher:
     """Piper joe saying a sentence, as phrases in our alphabet with their frames."""
 
@@ -136,50 +130,36 @@ class PiperSfTeacher:
         from piper import PiperVoice
 
         from callcenter.voice.phonemes import Phonemizer
-        from callcenter.voice.sf_runtime import SfVoice
+        from callcenter.voice.sf_runtime import SfVoice, hibari_vocab
         from callcenter.voice.teachers import _piper_model_path
 
         self.voice = PiperVoice.load(str(_piper_model_path()), include_alignments=True)
         self.rate = self.voice.config.sample_rate
         self.id_map = self.voice.config.phoneme_id_map
         self.phonemizer, self.g2p = Phonemizer(), SfVoice.g2p()
-        self.symbols = {i: s for s, i in self.g2p_vocab().items()}
-
-    @staticmethod
-    def g2p_vocab() -> dict[str, int]:
-        import json
-        import os
-
-        from hibari import tts as hibari_tts
-
-        with open(os.path.join(hibari_tts.ASSETS, "vocab.json"), encoding="utf-8") as f:
-            return json.load(f)
+        self.symbols = {i: s for s, i in hibari_vocab().items()}
 
     def say(self, text: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """One sentence (as `speech_chunks` gives it) → per phrase (ids, frames per id, 8 kHz audio),
         the audio exactly `sf.HOP` samples a frame; [] when there is nothing to say."""
         import soxr
 
-        from callcenter.voice.phonemes import BOS, EOS, PAD, SYMBOL_ID, SYMBOLS
+        from callcenter.voice.phonemes import SYMBOL_ID, SYMBOLS, phoneme_ids
+        from callcenter.voice.teachers import samples_to_frames
 
         phrases = [ids for ids in self.g2p(text) if len(ids) <= MAX_PHRASE_IDS]
         ipa = self.phonemizer.phonemes(text)
         if not phrases or not ipa.strip():
             return []
-        ids = [SYMBOL_ID[BOS], SYMBOL_ID[PAD]]
-        kept = []
-        for ch in ipa:
-            if ch in SYMBOL_ID:
-                ids += [SYMBOL_ID[ch], SYMBOL_ID[PAD]]
-                kept.append(ch)
-        ids.append(SYMBOL_ID[EOS])
+        ids = phoneme_ids(ipa)  # ^ _ p1 _ p2 _ ... _ $: each kept symbol and the pad after it
+        kept = [ch for ch in ipa if ch in SYMBOL_ID]
         audio, samples = self.voice.phoneme_ids_to_audio([self.id_map[SYMBOLS[i]][0] for i in ids],
                                                          include_alignments=True)
         samples = np.asarray(samples, np.float64)
         espeak = [(ch, samples[2 + 2 * k] + samples[3 + 2 * k]) for k, ch in enumerate(kept)]
         misaki = [self.symbols.get(i, "") if i else "" for p in phrases for i in p]
         per_id = misaki_durations(espeak, misaki, samples[0] + samples[1], samples[-1])
-        frames = frames_of(per_id, self.rate)
+        frames = samples_to_frames(per_id, self.rate, sf.HOP).astype(np.int64)
         total = int(frames.sum())
         x = soxr.resample(np.asarray(audio, np.float32), self.rate, sf.SAMPLE_RATE, quality="HQ")[: total * sf.HOP]
         x = np.pad(x, (0, total * sf.HOP - len(x))).astype(np.float32)
@@ -213,8 +193,9 @@ def utterances(count: int, seed: int, log: Callable[[str], None] = print) -> lis
                 if level <= 0 or not len(x):
                     continue
                 x = (x * (10 ** (LEVEL_DB / 20) / np.sqrt(level))).astype(np.float32)
-                f0 = smooth_f0(yin_f0(x, sf.HOP))[: len(durations) and int(durations.sum())]
-                f0 = np.pad(f0, (0, int(durations.sum()) - len(f0)))
+                frames = int(durations.sum())
+                f0 = smooth_f0(yin_f0(x, sf.HOP))[:frames]
+                f0 = np.pad(f0, (0, frames - len(f0)))
                 utts.append(Utterance(f"joe-{done:04d}-{len(utts)}", ids, durations, f0.astype(np.float32), x))
                 seconds += len(x) / sf.SAMPLE_RATE
         if done % 50 == 0 or done == len(texts):

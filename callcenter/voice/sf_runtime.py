@@ -184,6 +184,16 @@ def export_derived(path, base: str, pitch: float, formant: float, extra: dict | 
     _save(path, {"kind": DERIVED, "base": base, "pitch": float(pitch), "formant": float(formant), **(extra or {})}, {})
 
 
+def hibari_vocab() -> dict[str, int]:
+    """The source-filter voices' phoneme alphabet: hibari's misaki symbols and their ids."""
+    import os
+
+    from hibari import tts as hibari_tts
+
+    with open(os.path.join(hibari_tts.ASSETS, "vocab.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def load_sf_voice(path) -> "SfVoice":
     key = str(path)
     if key not in _LOADED:
@@ -198,14 +208,12 @@ class SfVoice:
     def g2p():
         """text → phoneme id lists (one per phrase) in the voice's alphabet: hibari's G2P and
         vocabulary (Apache-2.0), without its network."""
-        import os
         from types import SimpleNamespace
 
         from hibari import tts as hibari_tts
         from hibari.g2p import G2P
 
-        with open(os.path.join(hibari_tts.ASSETS, "vocab.json"), encoding="utf-8") as f:
-            vocab = json.load(f)
+        vocab = hibari_vocab()
         front = SimpleNamespace(g2p=G2P(british=False), split_sentences=hibari_tts.Hibari.split_sentences)
 
         def ids(text: str) -> list[list[int]]:

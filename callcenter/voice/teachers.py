@@ -49,9 +49,9 @@ def _normalise_loudness(audio: np.ndarray) -> np.ndarray:
     return np.clip(audio * gain, -1.0, 1.0).astype(np.float32)
 
 
-def samples_to_frames(samples: np.ndarray, rate: int) -> np.ndarray:
-    """Per-id sample counts at `rate` to per-id frame counts at 8 kHz / HOP, rounding the boundaries."""
-    bounds = np.round(np.cumsum(samples) * SAMPLE_RATE / rate / HOP).astype(int)
+def samples_to_frames(samples: np.ndarray, rate: int, hop: int = HOP) -> np.ndarray:
+    """Per-id sample counts at `rate` to per-id frame counts at 8 kHz / `hop`, rounding the boundaries."""
+    bounds = np.round(np.cumsum(samples) * SAMPLE_RATE / rate / hop).astype(int)
     return np.diff(np.concatenate([[0], bounds])).astype(np.int32)
 
 
