@@ -352,3 +352,29 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
     with pytest.raises(CloneError, match="--base ssm:reed"):
         Adapter(Base.named("heart"), utts, threads=1).load(tmp_path / "ckpt.pt")
     Adapter(Base.named("reed"), utts, threads=1).load(tmp_path / "ckpt.pt")
+
+
+def test_a_clone_matches_its_speakers_intonation_on_sentences_not_lone_words():
+    """A voice speaks sentences: the widening of its intonation is measured on the clips of three
+    words or more (the Asterisk speaker's lone digits and letters would make it too narrow), and on
+    every clip when the folder has no sentences."""
+    from callcenter.voice.clone import MIN_VOICED, matched_spread, words_said
+
+    g2p = __import__("callcenter.voice.sf_runtime", fromlist=["SfVoice"]).SfVoice(
+        Path(__file__).resolve().parents[1] / "callcenter/voice/weights/sf-heart.npz").g2p()
+    ids = lambda text: np.concatenate([np.asarray(p) for p in g2p(text)])  # noqa: E731
+    assert words_said(ids("Seven.")) == 1 and words_said(ids("Alpha bravo.")) == 2
+    assert words_said(ids("Please hold, your call is important to us.")) == 8
+
+    rng = np.random.default_rng(0)
+    wide = lambda scale: 5.3 + scale * rng.standard_normal(200)  # noqa: E731
+    # the speaker: 0.2 in log F0 everywhere; the voice: 0.1 on sentences, 0.18 on lone words
+    theirs = [wide(0.2) for _ in range(6)]
+    ours = [wide(0.1), wide(0.1), wide(0.18), wide(0.18), wide(0.18), wide(0.18)]
+    sentence = [True, True, False, False, False, False]
+    spread, centre = matched_spread(theirs, ours, sentence)
+    assert 1.8 < spread < 2.2 and abs(centre - 5.3) < 0.05
+    every, _ = matched_spread(theirs, ours, [False] * 6)
+    assert 1.1 < every < 1.5  # no sentences: every clip
+    few = [x[: MIN_VOICED // 3] if s else x for x, s in zip(ours, sentence)]  # too few sentence frames
+    assert matched_spread(theirs, few, sentence) == matched_spread(theirs, few, [False] * 6)
