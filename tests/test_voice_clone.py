@@ -359,12 +359,12 @@ def test_a_clone_matches_its_speakers_intonation_on_sentences_not_lone_words():
     words or more (the Asterisk speaker's lone digits and letters would make it too narrow), and on
     every clip when the folder has no sentences."""
     from callcenter.voice.clone import MIN_VOICED, matched_spread, words_said
+    from callcenter.voice.sf_runtime import SfVoice, hibari_vocab
 
-    g2p = __import__("callcenter.voice.sf_runtime", fromlist=["SfVoice"]).SfVoice(
-        Path(__file__).resolve().parents[1] / "callcenter/voice/weights/sf-heart.npz").g2p()
-    ids = lambda text: np.concatenate([np.asarray(p) for p in g2p(text)])  # noqa: E731
-    assert words_said(ids("Seven.")) == 1 and words_said(ids("Alpha bravo.")) == 2
-    assert words_said(ids("Please hold, your call is important to us.")) == 8
+    g2p, gap = SfVoice.g2p(), hibari_vocab()[" "]
+    said = lambda text: words_said(np.concatenate([np.asarray(p) for p in g2p(text)]), gap)  # noqa: E731
+    assert said("Seven.") == 1 and said("Alpha bravo.") == 2
+    assert said("Please hold, your call is important to us.") == 8
 
     rng = np.random.default_rng(0)
     wide = lambda scale: 5.3 + scale * rng.standard_normal(200)  # noqa: E731

@@ -78,7 +78,6 @@ F0_PERCENTILES = (2, 98)  # the speaker's F0 range, which the widened intonation
 # 1.63 on her 101 sentences, 1.46 on all of them)
 SENTENCE_WORDS = 3
 MIN_VOICED = 50  # voiced frames each side below which the intonation is not measured
-WORD_GAP = 16  # hibari's id for the space between words
 AUTO = "auto"  # `voice clone --base auto` (the default): Base.nearest
 AUTO_BASES = ("heart", "reed")  # shipped voices a clone may start from by itself, heart first
 HEART_F0_HZ = 191.0  # ssm:heart's median F0 (README, ssm:reed); reed's is 10 semitones lower, 107 Hz
@@ -362,11 +361,12 @@ def matched_spread(theirs: list[np.ndarray], ours: list[np.ndarray], sentence: l
     return spread, float(ours_f0.mean())
 
 
-def words_said(ids: np.ndarray) -> int:
-    """Words in an utterance's hibari ids (phrases concatenated, each between pads)."""
+def words_said(ids: np.ndarray, gap: int) -> int:
+    """Words in an utterance's hibari ids (phrases concatenated, each between pads); `gap` is the
+    vocabulary's id for the space between words (`sf_runtime.hibari_vocab()[" "]`)."""
     ids = np.asarray(ids)
     phrases = max(1, int(np.sum((ids[1:] == 0) & (ids[:-1] != 0))))
-    return int(np.sum(ids == WORD_GAP)) + phrases
+    return int(np.sum(ids == gap)) + phrases
 
 
 @dataclass
@@ -653,8 +653,10 @@ class Adapter:
         rose from 8.9 to 11.1 % (ad hoc, 50 sentences); within it, widening cost nothing there."""
         from callcenter.voice.runtime import frames_per_id
         from callcenter.voice.sf_model import LOG_F0_MEAN
+        from callcenter.voice.sf_runtime import hibari_vocab
         torch = self.torch
 
+        gap = hibari_vocab()[" "]
         theirs, ours, sentence = [], [], []
         with torch.no_grad():
             for u, enc in zip(self.utts, self.enc):
@@ -663,7 +665,7 @@ class Adapter:
                 durations = torch.from_numpy(frames_per_id(log_dur.reshape(-1), self.tempo))
                 out = self.model.decode(self.model.condition(enc[None], durations[None]))[0].numpy()
                 ours.append(out[out[:, 1] > 0, 0] + LOG_F0_MEAN)
-                sentence.append(words_said(u.ids) >= SENTENCE_WORDS)
+                sentence.append(words_said(u.ids, gap) >= SENTENCE_WORDS)
         if sum(len(x) for x in ours) < MIN_VOICED or sum(len(x) for x in theirs) < MIN_VOICED:
             return 1.0, LOG_F0_MEAN, (sf.F0_MIN, sf.F_MAX)
         lo, hi = np.exp(np.percentile(np.concatenate(theirs), F0_PERCENTILES))
