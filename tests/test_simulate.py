@@ -159,6 +159,46 @@ def test_a_say_nodes_pause_is_silence_on_the_line(tmp_path, stt, tts):
     assert 1.4 <= say_two - done_one < 2.5 and result.ended_by == "agent"
 
 
+def voiced_spans(path: Path, channel: int = 1) -> list[tuple[float, float]]:
+    """(start, end) seconds of the agent's voice in a call recording: 20 ms frames over -45 dBFS,
+    gaps under 200 ms (a stop's closure) bridged."""
+    import numpy as np
+
+    with wave.open(str(path)) as w:
+        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, 2)[:, channel] / 32768.0
+    frames = x[: len(x) // 160 * 160].reshape(-1, 160)
+    loud = 10 * np.log10((frames ** 2).mean(1) + 1e-12) > -45
+    spans: list[list[float]] = []
+    for i in np.flatnonzero(loud):
+        t = i * 0.02
+        if spans and t - spans[-1][1] < 0.2:
+            spans[-1][1] = t + 0.02
+        else:
+            spans.append([t, t + 0.02])
+    return [(a, b) for a, b in spans]
+
+
+def test_the_agent_speaks_without_dead_air_and_pauses_between_sentences(tmp_path, stt, tts):
+    """The voice opens each sentence with ~0.3 s of silence: kept between two sentences said back
+    to back (the pause between them), not added to a flow's pause or before the greeting."""
+    from callcenter.dialog.flow import load_flow
+
+    (tmp_path / "f.yaml").write_text(
+        "name: p\nambience: clean\nstart: a\nnodes:\n"
+        "  a: {type: say, text: Hello., next: b}\n"
+        "  b: {type: say, text: Goodbye., pause_ms: 1000, next: c}\n"
+        "  c: {type: hangup, text: Thanks.}\n")
+    flow = load_flow(tmp_path / "f.yaml")
+    run(flow, [], tmp_path / "out", stt, tts)
+    spans = voiced_spans(tmp_path / "out" / "sim.wav")
+    assert len(spans) == 3, spans
+    (s1, e1), (s2, e2), (s3, _) = spans
+    # (before: 0.30 s, 0.68 s and 1.70 s)
+    assert s1 < 0.15  # the greeting's first sound comes at once, not after its opening silence
+    assert 0.5 < s2 - e1 < 0.9  # the pause between two sentences is the voice's own (its end and opening)
+    assert 1.0 <= s3 - e2 < 1.55  # a flow's 1 s pause: the sentence's end, the pause, and no opening silence
+
+
 def test_a_refused_supervisor_transfer_leaves_the_call_going(flow, stt, tts):
     from callcenter.call.bridge import MediaBridge
     from callcenter.call.events import CallEvents

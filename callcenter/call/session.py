@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from callcenter.call import events as ev
 from callcenter.call.attendant import QueueWait
 from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
-from callcenter.call.speech import Speech
+from callcenter.call.speech import Speech, shorten_lead_in
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
                                       Waiting)
@@ -165,6 +166,7 @@ class CallSession:
         self.result = SessionResult()
         self._speak_queue: asyncio.Queue = asyncio.Queue()
         self._speeches = 0  # ids given so far
+        self._agent_done_at: float | None = None  # when the agent's last Speech left the line (bridge clock)
         self.speech: Speech | None = None  # what the agent is saying now
         self._playing: dict[int, Speech] = {}  # speeches whose playout the bridge has not finished
         self._listen: Listen | None = None
@@ -749,9 +751,12 @@ class CallSession:
         self.bridge.end_utterance(utt)
 
     async def _voice_into(self, frames, utt: int, private: bool = False) -> None:
-        """Queue a voice's frames for playout; TimeoutError if it stalls (first frame, or a gap)."""
+        """Queue a voice's frames for playout, its opening silence shortened by the silence already
+        on the line (`shorten_lead_in`); TimeoutError if it stalls (first frame, or a gap)."""
         first = True
-        async with contextlib.aclosing(unless_stalled(frames, TTS_FIRST_AUDIO_S, TTS_FRAME_GAP_S)) as voiced:
+        quiet_s = math.inf if self._agent_done_at is None else max(0.0, self.bridge.clock() - self._agent_done_at)
+        frames = shorten_lead_in(unless_stalled(frames, TTS_FIRST_AUDIO_S, TTS_FRAME_GAP_S), quiet_s)
+        async with contextlib.aclosing(frames) as voiced:
             async for frame in voiced:
                 if first:
                     self.events.emit(ev.TTS_FIRST_AUDIO, utterance=utt)
@@ -768,6 +773,7 @@ class CallSession:
         self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
 
     def _utterance_played(self, utt: int, at: float) -> None:
+        self._agent_done_at = at
         speech = self._playing.pop(utt, None)
         if speech is not None and speech.finish():
             self.events.emit(ev.PLAYOUT_DONE, utterance=utt)
