@@ -30,8 +30,13 @@ def test_spoken_billing_request_then_goodbye(flow, stt, tts, caller_voice, tmp_p
     assert any(t.startswith("For billing") for t in agent)
     assert agent[-1].endswith("Goodbye.") and result.ended_by == "agent"
     kinds = [e["kind"] for e in read_events(tmp_path / "sim.jsonl")]
-    for k in ("speech_start", "speech_end", "stt_final", "flow_decision", "tts_first_audio", "first_rtp_out"):
+    for k in ("speech_start", "speech_end", "stt_final", "flow_decision", "tts_first_audio", "first_rtp_out",
+              "first_sound_out"):
         assert k in kinds
+    from callcenter.call.latency import turn_latencies
+
+    turns = turn_latencies(read_events(tmp_path / "sim.jsonl"))
+    assert turns and all(t["voice_to_voice"] <= t["voice_to_sound"] < t["voice_to_voice"] + 0.1 for t in turns)
     with wave.open(str(tmp_path / "sim.wav")) as w:
         assert w.getnchannels() == 2 and w.getnframes() > 8000 * 10
 
@@ -189,7 +194,13 @@ def test_the_agent_speaks_without_dead_air_and_pauses_between_sentences(tmp_path
         "  b: {type: say, text: Goodbye., pause_ms: 1000, next: c}\n"
         "  c: {type: hangup, text: Thanks.}\n")
     flow = load_flow(tmp_path / "f.yaml")
-    run(flow, [], tmp_path / "out", stt, tts)
+    _, events = run(flow, [], tmp_path / "out", stt, tts)
+    # the line's own account: each utterance's first frame out and its first frame with sound in it
+    first = {e.data["utterance"]: e.t for e in events.history if e.kind == "first_rtp_out"}
+    sound = {e.data["utterance"]: e.t for e in events.history if e.kind == "first_sound_out"}
+    assert sorted(sound) == [1, 2, 3]
+    assert sound[1] - first[1] < 0.1 and sound[3] - first[3] < 0.1  # after a quiet line: at once
+    assert sound[2] - first[2] > 0.25  # back to back: the pause goes out as silence
     spans = voiced_spans(tmp_path / "out" / "sim.wav")
     assert len(spans) == 3, spans
     (s1, e1), (s2, e2), (s3, _) = spans

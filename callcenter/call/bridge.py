@@ -30,6 +30,7 @@ REFERENCE_BACKLOG = 5  # agent frames kept for pairing when the clock delivers s
 FRAME_S = 0.02
 LATE_S = FRAME_S  # a frame leaving more than one frame time after its tick is late
 RESYNC_S = 0.2  # a transport this far behind has stalled: its clock starts afresh
+SOUND_DBFS = -45.0  # an agent frame this loud carries the voice (first_sound), not its opening silence
 RELAY_MAX_FRAMES = 5  # relayed audio queued beyond this (two clocks drifting apart) drops its oldest frame
 RELAYED = -1  # the utterance number of audio relayed from another leg
 
@@ -73,6 +74,8 @@ class MediaBridge:
         self._references: deque[bytes] = deque(maxlen=REFERENCE_BACKLOG)  # sent, not yet paired
         self._on_first_frame: Callable[[int, float], None] | None = None
         self._on_utterance_played: Callable[[int, float], None] | None = None
+        self._on_first_sound: Callable[[int, float], None] | None = None
+        self._sounded: int | None = None  # the last utterance whose first sound has left
         self.closed = False
         self._relay: MediaBridge | None = None
         # while the caller gives a sensitive value (a card number) their side of the recording is
@@ -86,11 +89,13 @@ class MediaBridge:
 
     # ---- asyncio side
     def on_playout(self, first_frame: Callable[[int, float], None],
-                   utterance_played: Callable[[int, float], None]) -> None:
-        """Be told (on the loop, with a monotonic time) when an utterance's first frame leaves and
-        when its last frame has played."""
+                   utterance_played: Callable[[int, float], None],
+                   first_sound: Callable[[int, float], None] | None = None) -> None:
+        """Be told (on the loop, with a monotonic time) when an utterance's first frame leaves, when
+        its first frame with sound in it (over SOUND_DBFS) leaves, and when its last has played."""
         self._on_first_frame = first_frame
         self._on_utterance_played = utterance_played
+        self._on_first_sound = first_sound
 
     def play(self, frame: AudioFrame, utterance: int, first: bool = False, last: bool = False,
              private: bool = False) -> None:
@@ -171,6 +176,10 @@ class MediaBridge:
             now = self.clock()
             if item.first and self._on_first_frame:
                 self._loop.call_soon_threadsafe(self._on_first_frame, item.utterance, now)
+            if self._on_first_sound and item.utterance >= 0 and item.utterance != self._sounded \
+                    and AudioFrame(item.pcm).rms_dbfs() > SOUND_DBFS:
+                self._sounded = item.utterance
+                self._loop.call_soon_threadsafe(self._on_first_sound, item.utterance, now)
             if item.last and self._on_utterance_played:
                 self._loop.call_soon_threadsafe(self._on_utterance_played, item.utterance, now + 0.02)
         return pcm

@@ -34,6 +34,7 @@ VOICEMAIL = "voicemail"
 AGENT_SAY = "agent_say"
 TTS_FIRST_AUDIO = "tts_first_audio"
 FIRST_RTP_OUT = "first_rtp_out"
+FIRST_SOUND_OUT = "first_sound_out"  # the first frame of an utterance that carries its voice
 PLAYOUT_DONE = "playout_done"
 BARGE_IN = "barge_in"
 TRANSFER = "transfer"

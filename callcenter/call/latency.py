@@ -33,5 +33,8 @@ def turn_latencies(events: list[dict]) -> list[dict]:
             "transport": t[ev.FIRST_RTP_OUT]["t"] - t[ev.TTS_FIRST_AUDIO]["t"],
             "after_endpoint": t[ev.FIRST_RTP_OUT]["t"] - end["t"],
             "voice_to_voice": t[ev.FIRST_RTP_OUT]["t"] - voice_end,
+            # to the reply's first frame with sound in it: what the caller hears (a reply that
+            # opens with silence reaches them this much later than its first frame)
+            **({"voice_to_sound": t[ev.FIRST_SOUND_OUT]["t"] - voice_end} if ev.FIRST_SOUND_OUT in t else {}),
         })
     return out

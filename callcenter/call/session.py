@@ -178,7 +178,7 @@ class CallSession:
         self._flow_moved = asyncio.Event()  # the dialog took a step (caller input waiting on the agent retries)
         self._in_flight = 0  # caller turns heard but not yet answered
         self._ending_by: str | None = None  # set when the agent starts ending the call itself
-        bridge.on_playout(self._first_frame_out, self._utterance_played)
+        bridge.on_playout(self._first_frame_out, self._utterance_played, self._first_sound_out)
 
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
@@ -771,6 +771,9 @@ class CallSession:
 
     def _first_frame_out(self, utt: int, at: float) -> None:
         self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
+
+    def _first_sound_out(self, utt: int, at: float) -> None:
+        self.events.emit(ev.FIRST_SOUND_OUT, at=self.events.since_start(at), utterance=utt)
 
     def _utterance_played(self, utt: int, at: float) -> None:
         self._agent_done_at = at

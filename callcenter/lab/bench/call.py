@@ -40,6 +40,13 @@ def _pct(xs: list[float]) -> dict:
             "n": len(xs)}
 
 
+def _to_sound(turns: list[dict]) -> dict:
+    """voice_to_sound: to the reply's first frame with sound in it (what the caller hears), beside
+    voice_to_voice (to its first frame)."""
+    heard = [t["voice_to_sound"] for t in turns if "voice_to_sound" in t]
+    return {"voice_to_sound": _pct(heard)} if heard else {}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (Linux /proc)."""
     import os
@@ -162,7 +169,8 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
             summary["references"]["remote_stub"] = {**_llm_turns(*_measure(work / "remote", str(remote), **run)),
                                                     "stub_requests": stub.requests}
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
-              "note": "voice_to_voice = first RTP frame out - last voiced caller frame; it includes the "
+              "note": "voice_to_voice = first RTP frame out - last voiced caller frame; voice_to_sound = the "
+                      "same to the reply's first frame over -45 dBFS (what the caller hears); both include the "
                       "endpointing silence (the flow node's end_silence_ms, or less where the turn detector "
                       "ended the turn early: speech_end's `why`). late = a frame the transport "
                       "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
@@ -256,6 +264,7 @@ def _measure(work: Path, flow: str, calls: int, concurrent: int, workers: int, p
         "llm_paths": _llm_paths(every),
         "turn_ends": dict(Counter(e.get("why", "silence") for e in every if e["kind"] == "speech_end")),
         **{k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "after_endpoint", "voice_to_voice") if all_turns},
+        **_to_sound(all_turns),
         **_model_turns(all_turns),
     }
     return summary, per_call
@@ -318,6 +327,7 @@ def bench_webrtc(calls: int, flow: str, out: Path, codec: str = "PCMU") -> dict:
         **_media_summary(every),
         "turns": len(all_turns),
         **{k: _pct([t[k] for t in all_turns]) for k in ("after_endpoint", "voice_to_voice") if all_turns},
+        **_to_sound(all_turns),
     }
     report = {"benchmark": "webrtc", "summary": summary, "errors": failed,
               "note": "core_share_per_call = agent CPU seconds / wall seconds / calls (the whole pipeline: "
@@ -427,6 +437,7 @@ def bench_soak(minutes: float, calls: int, workers: int, flow: str, out: Path, s
         "memory_trims": len(trims),
         "memory_trim_ms": _pct([t["ms"] / 1000 for t in trims]) if trims else None,
         **({k: _pct([t[k] for t in all_turns]) for k in (*STAGES, "voice_to_voice")} if all_turns else {}),
+        **_to_sound(all_turns),
         "voice_to_voice_by_sixth": _by_part(all_turns),
     }
     report = {"benchmark": "soak", "summary": summary, "samples": samples, "unfinished": unfinished[:20]}
