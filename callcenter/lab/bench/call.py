@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from callcenter.call.bridge import SOUND_DBFS
 from callcenter.call.events import read_events
 from callcenter.call.latency import STAGES, turn_latencies
 from callcenter.memory import TRIM_EVERY_S, open_fds, rss_mb
@@ -170,7 +171,7 @@ def bench_call(calls: int, flow: str, out: Path, concurrent: int = 1, workers: i
                                                     "stub_requests": stub.requests}
     report = {"benchmark": "call", "summary": summary, "calls": per_call,
               "note": "voice_to_voice = first RTP frame out - last voiced caller frame; voice_to_sound = the "
-                      "same to the reply's first frame over -45 dBFS (what the caller hears); both include the "
+                      f"same to the reply's first frame over {SOUND_DBFS:g} dBFS (what the caller hears); both include the "
                       "endpointing silence (the flow node's end_silence_ms, or less where the turn detector "
                       "ended the turn early: speech_end's `why`). late = a frame the transport "
                       "asked for more than 20 ms after its tick. Turns missing from 'turns' (2 per call) "
