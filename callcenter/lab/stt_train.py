@@ -319,12 +319,19 @@ def _alaw_roundtrip(pcm: bytes) -> bytes:
 def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
     """One telephone line drawn at random for speech `x` (8 kHz floats); `others()` gives another
     training utterance, for babble and echo."""
+    return degrade_pair(x, rng, others)[0]
+
+
+def degrade_pair(x: np.ndarray, rng: np.random.Generator, others) -> tuple[np.ndarray, np.ndarray]:
+    """`degrade`'s line, and the same speech as it was before the line: the same silence around
+    it at a speaking level, time-aligned (draws the same random numbers as `degrade`)."""
     from scipy import signal
 
     x = x.astype(np.float64)
     lead, tail = int(rng.uniform(0.1, 0.5) * SAMPLE_RATE), int(rng.uniform(0.2, 0.6) * SAMPLE_RATE)
     x = np.pad(x, (lead, tail))
     speech = active_rms(x)
+    clean = (x * 0.1 / (speech + 1e-9)).astype(np.float32)
     if rng.random() < 0.5:  # band and tilt of the line and the handset
         lo, hi = rng.uniform(100, 400), rng.uniform(2800, 3700)
         b, a = signal.butter(2, [lo, hi], btype="band", fs=SAMPLE_RATE)
@@ -364,7 +371,7 @@ def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
         pcm = ulaw_roundtrip(pcm)
     elif codec < 0.6:
         pcm = _alaw_roundtrip(pcm)
-    return pcm_to_float(pcm, np.float32)
+    return pcm_to_float(pcm, np.float32), clean
 
 
 # ---------------------------------------------------------------- the model
@@ -480,10 +487,13 @@ class Corpus:
 
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
-          pad_seconds: float = TRAIN_PAD_SECONDS) -> Path:
+          pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0) -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
     `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
-    `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so)."""
+    `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so).
+    `distill`: the weight (0-1) of a second target beside the transcript: what stock tiny.en, the
+    one that learnt from real speakers, predicts for each token when it hears the same utterance
+    before the line (KL divergence, teacher-student learning on parallel clean and noisy speech)."""
     torch = _torch()
     from faster_whisper.feature_extractor import FeatureExtractor
     from faster_whisper.tokenizer import Tokenizer
@@ -498,6 +508,11 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
         p.requires_grad_(False)
     if init is not None:
         _load_patch(model, init, base)
+    teacher = None
+    if distill > 0:
+        teacher = build_model(base.variables)
+        for p in teacher.parameters():
+            p.requires_grad_(False)
     trained = list(model.encoder_tensors().values())
     for p in trained:
         p.requires_grad_(True)
@@ -524,7 +539,8 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
         if minutes is not None and time.perf_counter() - started > minutes * 60:
             break
         picks = rng.choice(order, batch, replace=False)
-        audio = [degrade(corpus.samples(int(i)), rng, others) for i in picks]
+        pairs = [degrade_pair(corpus.samples(int(i)), rng, others) for i in picks]
+        audio = [a for a, _ in pairs]
         frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE, pad_seconds)  # the longest's
         mel = torch.tensor(np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio]))
         seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
@@ -538,6 +554,14 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
             g["lr"] = lr * min(1.0, (step + 1) / 100) * max(0.1, 1 - step / steps)
         logits = model.decode(tokens, model.encode(mel))
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        if teacher is not None:
+            with torch.no_grad():
+                clean = torch.tensor(np.stack([mel_features(extractor, c, SAMPLE_RATE, frames) for _, c in pairs]))
+                soft = torch.log_softmax(teacher.decode(tokens, teacher.encode(clean)), -1)
+            mask = target != -100
+            kl = torch.nn.functional.kl_div(torch.log_softmax(logits[mask], -1), soft[mask],
+                                            log_target=True, reduction="batchmean")
+            loss = (1 - distill) * loss + distill * kl
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
@@ -576,6 +600,22 @@ def _load_patch(model, patch: Path, base: Ct2Model | None = None) -> None:
     _, tensors = encoder_patch(patch, base)
     for name, tensor in model.encoder_tensors().items():
         tensor.data.copy_(torch.from_numpy(tensors[name].astype(np.float32)))
+
+
+def average_patches(patches: list[Path], out: Path | None = None) -> Path:
+    """The mean of whole-encoder patches' tensors (weight-space averaging of runs that started from
+    the same encoder), as one patch; its metadata keeps each parent's under `average_of`. The
+    patches must pad their inputs alike (`pad_seconds`)."""
+    if len(patches) < 2:
+        raise WeightsError("averaging needs two patches or more")
+    base = Ct2Model.read(stock_model_dir() / "model.bin")
+    read = [encoder_patch(p, base) for p in patches]
+    pads = {float(meta.get("pad_seconds", TRAIN_PAD_SECONDS)) for meta, _ in read}
+    if len(pads) > 1:
+        raise WeightsError(f"the patches were trained with different silence after the input ({sorted(pads)} s)")
+    tensors = {k: sum(t[k].astype(np.float32) for _, t in read) / len(read) for k in read[0][1]}
+    meta = {"pad_seconds": pads.pop(), "average_of": [meta for meta, _ in read]}
+    return save_patch(tensors, out or patch_path(), meta)
 
 
 def export(ckpt: Path, out: Path | None = None, meta: dict | None = None) -> Path:
