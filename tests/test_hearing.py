@@ -67,6 +67,8 @@ def test_whisper_loops_are_collapsed():
 def test_backchannels():
     assert is_backchannel("Mm-hm.") and is_backchannel("okay") and is_backchannel("Yeah, right.")
     assert not is_backchannel("billing") and not is_backchannel("no I want billing") and not is_backchannel("")
+    assert is_backchannel("That's right.") and is_backchannel("Exactly.")  # agreement goes along with the agent
+    assert not is_backchannel("That's wrong.") and not is_backchannel("That's not my address")
 
 
 # ---------------------------------------------------------------- echo canceller

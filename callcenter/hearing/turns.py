@@ -41,8 +41,8 @@ from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
 
 BACKCHANNELS = frozenset(
     "mm mhm mmhm mm-hm uh-huh uhhuh uh huh hmm yeah yep yup ok okay right sure alright all i see got it "
-    "gotcha oh ah aha cool great fine thanks".split()
-)
+    "gotcha oh ah aha cool great fine thanks that's exactly absolutely perfect".split()
+)  # and agreement: "that's right", "exactly" go along with the agent, they do not take the turn
 ECHO_WORD_SHARE = 0.8  # this share of a candidate's words among the agent's own words: it is echo
 INTERRUPT_WORDS = frozenset("stop wait hold sorry pardon excuse operator agent human person representative "
                             "help cancel".split())  # not "no": in babble Whisper hears it in "okay, yeah"
