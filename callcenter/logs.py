@@ -20,6 +20,6 @@ def configure(level: str = "info", json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),  # stderr as it is when a line is logged
         cache_logger_on_first_use=False,
     )

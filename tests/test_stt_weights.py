@@ -244,9 +244,6 @@ def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path):
     the utterance before the line; training runs, checkpoints and goes on from the checkpoint."""
     torch = pytest.importorskip("torch")
     from callcenter.lab.stt_train import Corpus, synthesize, train
-    from callcenter.logs import configure
-
-    configure("warning")  # an earlier CLI test may have left the log on a captured, closed stderr
     corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
     ckpt = train(corpus, tmp_path / "w", steps=2, batch=2, hold_out=0, distill=0.5)
     state = torch.load(ckpt)
