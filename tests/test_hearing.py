@@ -19,8 +19,8 @@ from tests.conftest import SHARED_EVAL
 from callcenter.lab.linesim import active_rms, babble, noise_at, place
 from callcenter.lab.replay import replay
 from callcenter.hearing.stt import drop_repeats
-from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Resume, Started, TurnConfig,
-                                     is_backchannel)
+from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
+                                     TurnConfig, is_backchannel)
 
 needs_eval = pytest.mark.skipif(not (SHARED_EVAL / "manifest.jsonl").exists(), reason="needs ../shared/eval")
 
@@ -217,13 +217,41 @@ def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
     line = place(noise_at(babble(len(speech) / 8000 + 4, seed=1), 0.07, 10), speech, 1.0)
     r = replay(stt, line, expect=Expectation("speech", 700))
     assert len(r.finals) == 1 and "bill" in r.finals[0].text.lower()
+    # without it (and without the second look after 400 ms of silence, which also finds the word,
+    # later: `test_a_turn_still_open_is_decoded_again_with_what_followed_the_last_word`)
     cut = replay(stt, line, expect=Expectation("speech", 700),
-                 config=HearingConfig(turns=TurnConfig(tail_threshold=1.01)))
+                 config=HearingConfig(turns=TurnConfig(tail_threshold=1.01, recheck_ms=1e9)))
     assert "bill" not in " ".join(f.text for f in cut.finals).lower()
+    rechecked = replay(stt, line, expect=Expectation("speech", 700),
+                       config=HearingConfig(turns=TurnConfig(tail_threshold=1.01)))
+    assert "bill" in " ".join(f.text for f in rechecked.finals).lower()
     # the soft word does not hold the turn open: it ends the node's 700 ms after the last loud window
     # (cut, the recognizer guesses at the end: "...about my" read as unfinished waited 2 s with the
     # encoder of 2026-12-04, "...about mine." with today's; either way without the word)
     assert r.of(Ended)[0][1].silence_ms < 800 and r.of(Ended)[0][1].why == "silence"
+
+
+def test_a_turn_still_open_is_decoded_again_with_what_followed_the_last_word(stt):
+    """96 ms after the caller's last loud window the text is decoded, but in babble a soft last word
+    may still be going on, or go unheard by the VAD: cut there, "...down since Tuesday" is read
+    "...down". A turn still open after `recheck_ms` of silence is decoded again, with the quiet
+    after the word, when the node's silence leaves time for it; a node that ends sooner, or a text
+    that already answers it, is not looked at twice."""
+    speech = caller("My internet has been down since Tuesday", "flite:slt")
+    line = place(noise_at(babble(len(speech) / 8000 + 4, seed=2), 0.07, 10), speech, 1.0)
+    r = replay(stt, line, expect=Expectation("speech", 700))
+    once = replay(stt, line, expect=Expectation("speech", 700),
+                  config=HearingConfig(turns=TurnConfig(recheck_ms=1e9)))
+    assert [f.text.lower().rstrip(".") for f in r.finals] == ["my internet has been down since tuesday"]
+    assert "tuesday" not in " ".join(f.text for f in once.finals).lower()
+    looks = [(t, e) for t, e in r.of(Pause) if e.recheck]
+    assert len(looks) == 1 and looks[0][1].turn_id == r.finals[0].turn.turn_id
+    assert r.finals[0].ended_t - looks[0][0] >= 0.25  # made while the node's silence still ran
+    # a yes/no node ends after 450 ms: no time for a second look; nor once the text is an answer
+    yes_no = replay(stt, line, expect=Expectation("yes_no", 700, answers=lambda t: "yes" in t.lower()))
+    answered = replay(stt, line, expect=Expectation("speech", 700, answers=lambda t: "internet" in t.lower()))
+    for other in (yes_no, answered):
+        assert other.finals and not [e for _, e in other.of(Pause) if e.recheck]
 
 
 def _digit_groups(pause_s):
@@ -385,22 +413,27 @@ def test_a_pause_decode_is_outdated_once_the_caller_goes_on():
     and so is the last one, which covers the turn, also once the turn has ended."""
     from callcenter.audio.frames import FRAME_SAMPLES
     from callcenter.hearing.listener import Listener
-    from callcenter.hearing.turns import Pause
 
     line = np.concatenate([np.zeros(4000), caller("I have a question"), np.zeros(2000),
                            caller("about my bill"), np.zeros(12000)])
-    listener, pauses, seen = Listener(), [], []
+    listener, pauses, seen, rechecks = Listener(), [], [], []
     listener.expecting(Expectation("speech", 1000))
     for i in range(len(line) // FRAME_SAMPLES):
         frame = AudioFrame(float_to_pcm(line[i * FRAME_SAMPLES:(i + 1) * FRAME_SAMPLES]))
         for event in listener.process(frame, Moment(i * 0.02)):
-            if isinstance(event, Pause) and not event.partial:
+            if isinstance(event, Pause) and event.recheck:
+                rechecks.append(event)
+            elif isinstance(event, Pause) and not event.partial:
                 # what each earlier pause's decode is worth when this one is asked for
                 seen.append([listener.outdated(p.turn_id, p.key) for p in pauses + [event]])
                 pauses.append(event)
     assert len(pauses) >= 2 and len({p.turn_id for p in pauses}) == 1  # one turn, paused in the middle
     assert all(s[:-1] == [True] * (len(s) - 1) and s[-1] is False for s in seen)
     assert not listener.in_speech and not listener.outdated(pauses[-1].turn_id, pauses[-1].key)  # ended on it
+    # the node's second of silence left time for one more look at the end, with the quiet after
+    # "bill" in it (and at the pause in the middle, with flite's own silence over 400 ms)
+    assert rechecks and {r.turn_id for r in rechecks} == {pauses[-1].turn_id}
+    assert rechecks[-1].key >= pauses[-1].key + (400 - 96) // 20
 
 
 @pytest.mark.parametrize("guessed, why", [(False, "answer"), (True, "silence")])
@@ -410,7 +443,6 @@ def test_a_digit_string_picked_for_its_length_waits_for_the_nodes_silence(guesse
     may not have finished."""
     from callcenter.audio.frames import FRAME_SAMPLES
     from callcenter.hearing.listener import Listener
-    from callcenter.hearing.turns import Pause
 
     line = np.concatenate([np.zeros(4000), caller("four seven two nine"), np.zeros(24000)])
     listener, ended = Listener(), []

@@ -312,7 +312,8 @@ def test_the_virtual_clock_gives_the_same_call_in_a_fraction_of_the_time(flow, s
 def test_a_look_for_the_console_waits_for_no_one(flow, stt, tts):
     """A partial decode while the caller talks and the agent does not is only for the console: it
     is left out while the recognizer is busy with other calls; over the agent it is always made
-    (its text may settle an interruption)."""
+    (its text may settle an interruption). So is a second look at a pause (`recheck`), and the
+    turn's end does not wait for one left out."""
     import threading
 
     from callcenter.call.bridge import MediaBridge
@@ -320,7 +321,7 @@ def test_a_look_for_the_console_waits_for_no_one(flow, stt, tts):
     from callcenter.call.session import CallSession
     from callcenter.call.simulate import SimulatedLine
     from callcenter.hearing.decoding import DecodeExecutor
-    from callcenter.hearing.turns import Pause
+    from callcenter.hearing.turns import Pause, Turn
 
     async def main():
         session = CallSession("look", flow, MediaBridge(asyncio.get_running_loop()), SimulatedLine(),
@@ -331,15 +332,22 @@ def test_a_look_for_the_console_waits_for_no_one(flow, stt, tts):
         pcm = bytes(3200)
         session._start_decode(Pause(pcm, 1, 10, partial=True))
         session._start_decode(Pause(pcm, 1, 12, partial=True, over_agent=True))
+        for pause in (Pause(pcm, 2, 14, partial=False), Pause(pcm, 2, 30, partial=False, recheck=True)):
+            session.listener._requested.add((pause.turn_id, pause.key))  # as the listener asks for them
+            session._start_decode(pause)
+        covering = session.listener.covering(Turn(pcm, 0.0, 1.0, turn_id=2, voiced_frames=14))
         busy = set(session._decodes)
         gate.set()
-        await session._decodes[(1, 12)]
+        await session._decodes[(1, 12)]  # queued after the pause's (more urgent) decode
         assert not session._decoder.busy
-        session._start_decode(Pause(pcm, 2, 10, partial=True))
+        session._start_decode(Pause(pcm, 3, 30, partial=False, recheck=True))
+        await session._decodes[(3, 30)]
+        session._start_decode(Pause(pcm, 4, 10, partial=True))
         idle = set(session._decodes) - busy
         await asyncio.gather(*session._decodes.values(), return_exceptions=True)
         session._decoder.shutdown()
-        return busy, idle
+        return busy, idle, covering
 
-    busy, idle = asyncio.run(main())
-    assert busy == {(1, 12)} and idle == {(2, 10)}
+    busy, idle, covering = asyncio.run(main())
+    assert busy == {(1, 12), (2, 14)} and idle == {(3, 30), (4, 10)}
+    assert covering == (2, 14)  # the pause's decode in flight, not the second look left out

@@ -363,8 +363,11 @@ class CallSession:
             self._keep(asyncio.create_task(self._recognise(turn, self._turn_private)))
 
     def _start_decode(self, pause: Pause) -> None:
-        if pause.partial and not pause.over_agent and self._decoder.busy:
-            return  # a look for the console only: not while other calls' decodes need the recognizer
+        if (pause.recheck or pause.partial and not pause.over_agent) and self._decoder.busy:
+            # a look for the console, or a second look at a pause already decoded: not while other
+            # calls' decodes need the recognizer
+            self.listener.declined(pause.turn_id, pause.key)
+            return
         key = (pause.turn_id, pause.key)
         loop = asyncio.get_running_loop()
         expect = self.listener.expect

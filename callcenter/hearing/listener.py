@@ -11,7 +11,8 @@ Outcomes, in the order they happened within a frame:
 - `Started` (hold the agent's voice if `agent_talking`), `Resume`, `BargeIn` (interrupt),
   `Discarded`: the turn detector's own events;
 - `Pause`: decode this much of the turn, then hand the text to `decoded()`; the same part of a
-  turn is never asked for twice. Where the expectation has a `finished` judge (a free-speech llm
+  turn is never asked for twice. A decode the caller of this class does not make (a `recheck` or a
+  console look while its recognizer is busy) is handed back with `declined()`. Where the expectation has a `finished` judge (a free-speech llm
   node with the offline model), a pause's text is judged too, and the verdict goes to `judged()`;
 - `Ended`: the caller's turn is over; `covering(turn)` says which decode already in flight covers
   it (None: decode `turn.pcm` now, unless `turn.text` is already known);
@@ -98,6 +99,11 @@ class Listener:
         (Asked from the recognizer's thread just before the decode runs; a stale answer only costs
         a decode.)"""
         return self.turns.spoken_since(turn_id, key)
+
+    def declined(self, turn_id: int, key: int) -> None:
+        """The session did not make this `Pause` decode (its recognizer was busy): the turn's end
+        must not wait for it."""
+        self._requested.discard((turn_id, key))
 
     def key(self, digit: str, source: str, now: float) -> Key | None:
         """A key press; None when it is the same press already heard from the other source."""

@@ -112,6 +112,13 @@ class TurnConfig:
     onset_vad: float = 0.5
     max_turn_s: float = 30.0
     pause_ms: float = 96  # silence after which the session decodes what was said so far
+    # ...and again after `recheck_ms`, with what followed the caller's last word, when the node's
+    # silence leaves `recheck_lead_ms` more for that decode before the turn ends (the session makes it
+    # only when its recognizer is idle): 96 ms after the last voiced window a soft last word is often
+    # still going on, or unheard by the VAD in babble, and Whisper cut there reads it wrong
+    # ("...due on March fifteenth" read "...was $1. 50", "a new modem" read "a new motor")
+    recheck_ms: float = 400
+    recheck_lead_ms: float = 200
     quick_end_ms: float = 300  # silence that ends a turn whose text already answers the node
     finished_end_ms: float = 300  # ...or, at a node that takes free speech, reads as a finished sentence
     hold_ms: float = 2000  # silence allowed while the text is clearly unfinished
@@ -167,6 +174,7 @@ class Pause:
     key: int  # frames of the turn it covers; give both back to `heard()`
     partial: bool  # True: a periodic partial while the caller is still talking
     over_agent: bool = False  # ...over the agent: its text may settle an interruption (else it is for show)
+    recheck: bool = False  # a second look after `recheck_ms` of silence: worth making only when idle
 
 
 @dataclass
@@ -273,6 +281,7 @@ class TurnDetector:
         self._over_agent = False
         self._confirmed = False
         self._paused_decode_key = -1
+        self._recheck_key = -1
         self._last_partial_ms = 0.0
         self._heard: _Heard | None = None
         self._peak_db = -120.0
@@ -440,6 +449,11 @@ class TurnDetector:
             self._paused_decode_key = self._last_voiced
             key = len(self._frames)  # all of it: a soft last sound may sit under the voiced windows
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
+        elif self._silence_ms >= cfg.recheck_ms and self._recheck_key != self._last_voiced and not self.candidate \
+                and self._end_silence_ms(self._why(self._covering())) >= cfg.recheck_ms + cfg.recheck_lead_ms:
+            self._recheck_key = self._last_voiced
+            key = len(self._frames)
+            out.append(Pause(self._pcm(key), self.turn_id, key, partial=False, recheck=True))
         if len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
             out.append(self._end(t, "length"))
             return out
