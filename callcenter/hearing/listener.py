@@ -12,8 +12,9 @@ Outcomes, in the order they happened within a frame:
   `Discarded`: the turn detector's own events;
 - `Pause`: decode this much of the turn, then hand the text to `decoded()`; the same part of a
   turn is never asked for twice. A decode the caller of this class does not make (a `recheck` or a
-  console look while its recognizer is busy) is handed back with `declined()`. Where the expectation has a `finished` judge (a free-speech llm
-  node with the offline model), a pause's text is judged too, and the verdict goes to `judged()`;
+  console look while its recognizer is busy) is handed back with `declined()`. Where the
+  expectation has a `finished` judge (a free-speech llm node with the offline model), a pause's
+  text is judged too, and the verdict goes to `judged()`;
 - `Ended`: the caller's turn is over; `covering(turn)` says which decode already in flight covers
   it (None: decode `turn.pcm` now, unless `turn.text` is already known);
 - `Key`: a keypad digit, from the tones in the audio (`frame()`) or from signalling (`key()`).
