@@ -386,7 +386,8 @@ class CallSession:
                 return
             result = f.result()
             self.events.emit(ev.STT_PARTIAL, text=self._shown(result.text), confidence=round(result.confidence, 3),
-                             audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial)
+                             audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial,
+                             recheck=pause.recheck)
             now = self.events.now()
             for event in self.listener.decoded(pause.turn_id, pause.key, result.text, result.confidence,
                                                result.guessed):
