@@ -442,6 +442,7 @@ class TurnDetector:
                                  over_agent=self._over_agent))
             return out
         self._silence_ms += VAD_WINDOW_MS
+        why = None  # what the text covering the turn says of its end (`_why`), asked once a window
         if soft and self._silence_ms <= cfg.tail_span_ms:  # a soft last syllable: the text must cover
             # it, but it does not hold the turn open
             self._last_voiced = len(self._frames)
@@ -449,15 +450,16 @@ class TurnDetector:
             self._paused_decode_key = self._last_voiced
             key = len(self._frames)  # all of it: a soft last sound may sit under the voiced windows
             out.append(Pause(self._pcm(key), self.turn_id, key, partial=False))
-        elif self._silence_ms >= cfg.recheck_ms and self._recheck_key != self._last_voiced and not self.candidate \
-                and self._end_silence_ms(self._why(self._covering())) >= cfg.recheck_ms + cfg.recheck_lead_ms:
-            self._recheck_key = self._last_voiced
-            key = len(self._frames)
-            out.append(Pause(self._pcm(key), self.turn_id, key, partial=False, recheck=True))
+        elif self._silence_ms >= cfg.recheck_ms and self._recheck_key != self._last_voiced and not self.candidate:
+            why = self._why(self._covering())
+            if self._end_silence_ms(why) >= cfg.recheck_ms + cfg.recheck_lead_ms:
+                self._recheck_key = self._last_voiced
+                key = len(self._frames)
+                out.append(Pause(self._pcm(key), self.turn_id, key, partial=False, recheck=True))
         if len(self._frames) * FRAME_MS / 1000 >= cfg.max_turn_s:
             out.append(self._end(t, "length"))
             return out
-        why = self._why(self._covering())
+        why = why or self._why(self._covering())
         if self._silence_ms >= self._end_silence_ms(why):
             out.append(self._end(t, why))
         elif self.candidate and self._silence_ms >= self._candidate_end_ms():
