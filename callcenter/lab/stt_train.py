@@ -487,13 +487,20 @@ class Corpus:
 
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
-          pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0) -> Path:
+          pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0, match: float = 0.0,
+          layers: int | None = None) -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
     `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
     `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so).
     `distill`: the weight (0-1) of a second target beside the transcript: what stock tiny.en, the
     one that learnt from real speakers, predicts for each token when it hears the same utterance
-    before the line (KL divergence, teacher-student learning on parallel clean and noisy speech)."""
+    before the line (KL divergence, teacher-student learning on parallel clean and noisy speech).
+    `match`: the weight of a third term, on the encoder itself: how far its output for the line is
+    from stock tiny.en's encoder output for the same utterance before the line (mean squared
+    difference over the teacher's mean square), so that the kept decoder reads a noisy turn as it
+    reads a clean one.
+    `layers`: train only the convolutions and the first `layers` blocks of the encoder (the front,
+    where the line's noise is), keeping the later blocks as `init` (or stock) has them."""
     torch = _torch()
     from faster_whisper.feature_extractor import FeatureExtractor
     from faster_whisper.tokenizer import Tokenizer
@@ -509,11 +516,11 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     if init is not None:
         _load_patch(model, init, base)
     teacher = None
-    if distill > 0:
+    if distill > 0 or match > 0:
         teacher = build_model(base.variables)
         for p in teacher.parameters():
             p.requires_grad_(False)
-    trained = list(model.encoder_tensors().values())
+    trained = [p for name, p in model.encoder_tensors().items() if layers is None or _in_front(name, layers)]
     for p in trained:
         p.requires_grad_(True)
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
@@ -552,16 +559,21 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
             target[j, len(prompt) - 1:len(s) - 1] = torch.tensor(s[len(prompt):])
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / 100) * max(0.1, 1 - step / steps)
-        logits = model.decode(tokens, model.encode(mel))
+        encoded = model.encode(mel)
+        logits = model.decode(tokens, encoded)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
         if teacher is not None:
             with torch.no_grad():
                 clean = torch.tensor(np.stack([mel_features(extractor, c, SAMPLE_RATE, frames) for _, c in pairs]))
-                soft = torch.log_softmax(teacher.decode(tokens, teacher.encode(clean)), -1)
-            mask = target != -100
-            kl = torch.nn.functional.kl_div(torch.log_softmax(logits[mask], -1), soft[mask],
-                                            log_target=True, reduction="batchmean")
-            loss = (1 - distill) * loss + distill * kl
+                heard = teacher.encode(clean)
+                soft = torch.log_softmax(teacher.decode(tokens, heard), -1) if distill > 0 else None
+            if soft is not None:
+                mask = target != -100
+                kl = torch.nn.functional.kl_div(torch.log_softmax(logits[mask], -1), soft[mask],
+                                                log_target=True, reduction="batchmean")
+                loss = (1 - distill) * loss + distill * kl
+            if match > 0:
+                loss = loss + match * ((encoded - heard) ** 2).mean() / (heard ** 2).mean()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
@@ -577,6 +589,14 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
                 "opt": opt.state_dict(), "step": step}, ckpt)
     return ckpt
+
+
+def _in_front(name: str, layers: int) -> bool:
+    """Whether encoder tensor `name` is in the convolutions or the first `layers` blocks."""
+    if name.startswith("encoder/conv"):
+        return True
+    block = name.split("/")[1]
+    return block.startswith("layer_") and block[len("layer_"):].isdigit() and int(block[len("layer_"):]) < layers
 
 
 ENCODER_FIXED = ("encoder/num_heads", "encoder/position_encodings/encodings")  # encoder variables never trained
