@@ -243,45 +243,50 @@ def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):
     assert window_frames(16000 * 3) == 800 and window_frames(16000 * 3, 2.0) == 500  # 3 s turn
 
 
-def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path):
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """Four training utterances, spoken once for the training tests (which only read them)."""
+    pytest.importorskip("torch")
+    from callcenter.lab.stt_train import synthesize
+    return synthesize(tmp_path_factory.mktemp("small_corpus") / "c.npz", 4, seed=5)
+
+
+def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path, small_corpus):
     """`stt train --distill W`: a step's loss mixes the transcript with stock tiny.en's predictions on
     the utterance before the line; training runs, checkpoints and goes on from the checkpoint."""
     torch = pytest.importorskip("torch")
-    from callcenter.lab.stt_train import Corpus, synthesize, train
-    corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
-    ckpt = train(corpus, tmp_path / "w", steps=2, batch=2, hold_out=0, distill=0.5)
+    from callcenter.lab.stt_train import Corpus, train
+    ckpt = train(small_corpus, tmp_path / "w", steps=2, batch=2, hold_out=0, distill=0.5)
     state = torch.load(ckpt)
-    assert state["step"] == 2 and len(Corpus(corpus)) == 4
+    assert state["step"] == 2 and len(Corpus(small_corpus)) == 4
     stock = Ct2Model.read(stock_model_dir() / "model.bin").variables
     name = "encoder/layer_0/self_attention/linear_0/weight"
     moved = state["encoder"][name].numpy()
     assert np.all(np.isfinite(moved)) and not np.allclose(moved, stock[name].astype(np.float32))
-    again = torch.load(train(corpus, tmp_path / "w", steps=3, batch=2, hold_out=0, distill=0.5))
+    again = torch.load(train(small_corpus, tmp_path / "w", steps=3, batch=2, hold_out=0, distill=0.5))
     assert again["step"] == 3
 
 
-def test_training_can_pull_the_encoder_towards_what_stock_hears_on_the_clean_line(tmp_path):
+def test_training_can_pull_the_encoder_towards_what_stock_hears_on_the_clean_line(tmp_path, small_corpus):
     """`stt train --match W`: the encoder's output on the line is also drawn towards stock tiny.en's
     encoder output on the utterance before the line; the same seed with and without it ends apart."""
     torch = pytest.importorskip("torch")
-    from callcenter.lab.stt_train import synthesize, train
-    corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
+    from callcenter.lab.stt_train import train
     name = "encoder/layer_3/ffn/linear_1/weight"
     def tensor(work: str, **kw):
-        return torch.load(train(corpus, tmp_path / work, steps=1, batch=2, hold_out=0, **kw))["encoder"][name]
+        return torch.load(train(small_corpus, tmp_path / work, steps=1, batch=2, hold_out=0, **kw))["encoder"][name]
 
     plain, again, matched = tensor("plain"), tensor("again"), tensor("matched", match=1.0)
     assert torch.equal(plain, again)  # one step is repeatable, so what differs is the match
     assert torch.isfinite(matched).all() and not torch.equal(plain, matched)
 
 
-def test_training_only_the_front_of_the_encoder_keeps_its_later_blocks(tmp_path):
+def test_training_only_the_front_of_the_encoder_keeps_its_later_blocks(tmp_path, small_corpus):
     """`stt train --layers 1`: the convolutions and the first block learn; the later blocks and the
     final norm stay exactly as they started."""
     torch = pytest.importorskip("torch")
-    from callcenter.lab.stt_train import synthesize, train
-    corpus = synthesize(tmp_path / "c.npz", 4, seed=5)
-    encoder = torch.load(train(corpus, tmp_path / "w", steps=1, batch=2, hold_out=0, layers=1))["encoder"]
+    from callcenter.lab.stt_train import train
+    encoder = torch.load(train(small_corpus, tmp_path / "w", steps=1, batch=2, hold_out=0, layers=1))["encoder"]
     stock = Ct2Model.read(stock_model_dir() / "model.bin").variables
     for name in ("encoder/conv1/weight", "encoder/layer_0/ffn/linear_1/weight"):
         assert not np.array_equal(encoder[name].numpy(), stock[name].astype(np.float32)), name

@@ -595,8 +595,8 @@ def _in_front(name: str, layers: int) -> bool:
     """Whether encoder tensor `name` is in the convolutions or the first `layers` blocks."""
     if name.startswith("encoder/conv"):
         return True
-    block = name.split("/")[1]
-    return block.startswith("layer_") and block[len("layer_"):].isdigit() and int(block[len("layer_"):]) < layers
+    number = name.split("/")[1].removeprefix("layer_")
+    return number.isdigit() and int(number) < layers
 
 
 ENCODER_FIXED = ("encoder/num_heads", "encoder/position_encodings/encodings")  # encoder variables never trained
