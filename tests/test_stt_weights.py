@@ -113,6 +113,31 @@ def test_each_training_line_comes_with_its_speech_before_the_line_in_step():
         assert abs(active_rms(clean.astype(np.float64)) - 0.1) < 0.01
 
 
+def test_stationary_training_lines_always_carry_steady_noise_and_no_babble():
+    """`stt train --lines stationary`: every example has steady noise at 0-20 dB under the speech,
+    already in the lead silence, and none of the other lines' babble or echo (`others` unused)."""
+    from callcenter.call.caller import speak
+    from callcenter.lab.linesim import active_rms
+    from callcenter.lab.stt_train import degrade_pair
+
+    x = speak("My account number is four seven two.", "flite:kal")
+
+    def no_babble():
+        raise AssertionError("a stationary line drew another utterance")
+
+    for seed in range(12):
+        noisy, clean = degrade_pair(x, np.random.default_rng(seed), no_babble, "stationary")
+        assert len(noisy) == len(clean) and noisy.dtype == np.float32 and np.max(np.abs(noisy)) <= 1.0
+        lead = noisy[: int(0.1 * 8000)].astype(np.float64)  # the lead silence is at least 0.1 s
+        snr = 20 * np.log10(active_rms(noisy.astype(np.float64)) / np.sqrt(np.mean(lead ** 2)))
+        assert -1 < snr < 26, seed
+    silent_leads = sum(np.max(np.abs(degrade_pair(x, np.random.default_rng(s), lambda: x)[0][:800])) < 1e-3
+                       for s in range(12))
+    assert silent_leads > 0  # while the general mix keeps some lines clean
+    with pytest.raises(ValueError, match="lines"):
+        degrade_pair(x, np.random.default_rng(0), no_babble, "babble")
+
+
 def test_the_training_speech_is_spoken_again_the_same_from_its_seed(tmp_path):
     """`stt train` must reproduce a committed patch's corpus: the same seed and count give the same
     speech and transcripts, each utterance where the offsets say, peaking at half of full scale."""
@@ -219,6 +244,9 @@ def test_stt_train_refuses_a_bad_init_before_any_work(tmp_path, capsys):
     assert "--match" in capsys.readouterr().err and not work.exists()
     assert main(["stt", "train", "--work", str(work), "--layers", "5"]) == 2
     assert "--layers" in capsys.readouterr().err and not work.exists()
+    with pytest.raises(SystemExit):
+        main(["stt", "train", "--work", str(work), "--lines", "babble"])
+    assert "--lines" in capsys.readouterr().err and not work.exists()
 
 
 def test_a_model_is_padded_as_its_patch_was_trained(tmp_path):

@@ -322,11 +322,19 @@ def degrade(x: np.ndarray, rng: np.random.Generator, others) -> np.ndarray:
     return degrade_pair(x, rng, others)[0]
 
 
-def degrade_pair(x: np.ndarray, rng: np.random.Generator, others) -> tuple[np.ndarray, np.ndarray]:
+LINES = ("all", "stationary")  # what `degrade_pair` draws from: every line, or steady noise only
+
+
+def degrade_pair(x: np.ndarray, rng: np.random.Generator, others,
+                 lines: str = "all") -> tuple[np.ndarray, np.ndarray]:
     """`degrade`'s line, and the same speech as it was before the line: the same silence around
-    it at a speaking level, time-aligned (draws the same random numbers as `degrade`)."""
+    it at a speaking level, time-aligned (draws the same random numbers as `degrade`).
+    `lines="stationary"`: every example gets steady noise (white, pink, or a slope between white
+    and brown) at 0-20 dB, and no babble, echo or packet loss; more of them go through a codec."""
     from scipy import signal
 
+    if lines not in LINES:
+        raise ValueError(f"lines {lines!r}: one of {', '.join(LINES)}")
     x = x.astype(np.float64)
     lead, tail = int(rng.uniform(0.1, 0.5) * SAMPLE_RATE), int(rng.uniform(0.2, 0.6) * SAMPLE_RATE)
     x = np.pad(x, (lead, tail))
@@ -336,6 +344,8 @@ def degrade_pair(x: np.ndarray, rng: np.random.Generator, others) -> tuple[np.nd
         lo, hi = rng.uniform(100, 400), rng.uniform(2800, 3700)
         b, a = signal.butter(2, [lo, hi], btype="band", fs=SAMPLE_RATE)
         x = signal.lfilter(b, a, x)
+    if lines == "stationary":
+        return _stationary_line(x, speech, rng), clean
     if rng.random() < 0.75:
         noise = np.zeros(len(x))
         kind = rng.choice(["white", "pink", "brown", "babble", "babble", "mixed"])
@@ -372,6 +382,23 @@ def degrade_pair(x: np.ndarray, rng: np.random.Generator, others) -> tuple[np.nd
     elif codec < 0.6:
         pcm = _alaw_roundtrip(pcm)
     return pcm_to_float(pcm, np.float32), clean
+
+
+def _stationary_line(x: np.ndarray, speech: float, rng: np.random.Generator) -> np.ndarray:
+    """The rest of a steady-noise line (`degrade_pair(lines="stationary")`) for band-limited `x`."""
+    kind = rng.choice(["white", "white", "pink", "sloped"])
+    sloped = rng.uniform(0, 2)  # drawn for every kind, so each example takes the same draws
+    exponent = {"white": 0.0, "pink": 1.0}.get(str(kind), sloped)
+    x = x + noise_at(_colored(len(x), rng, exponent), speech, rng.uniform(0, 20))
+    level = 10 ** (rng.uniform(-20, 6) / 20)
+    x = x * level * 0.1 / (speech + 1e-9)
+    pcm = float_to_pcm(np.clip(x, -1, 1))
+    codec = rng.random()
+    if codec < 0.5:
+        pcm = ulaw_roundtrip(pcm)
+    elif codec < 0.7:
+        pcm = _alaw_roundtrip(pcm)
+    return pcm_to_float(pcm, np.float32)
 
 
 # ---------------------------------------------------------------- the model
@@ -488,7 +515,7 @@ class Corpus:
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
           pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0, match: float = 0.0,
-          layers: int | None = None) -> Path:
+          layers: int | None = None, lines: str = "all") -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
     `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
     `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so).
@@ -499,6 +526,7 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     from stock tiny.en's encoder output for the same utterance before the line (mean squared
     difference over the teacher's mean square), so that the kept decoder reads a noisy turn as it
     reads a clean one.
+    `lines`: the telephone lines drawn (`degrade_pair`): "all", or "stationary" (steady noise only).
     `layers`: train only the convolutions and the first `layers` blocks of the encoder (the front,
     where the line's noise is), keeping the later blocks as `init` (or stock) has them."""
     torch = _torch()
@@ -546,7 +574,7 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
         if minutes is not None and time.perf_counter() - started > minutes * 60:
             break
         picks = rng.choice(order, batch, replace=False)
-        pairs = [degrade_pair(corpus.samples(int(i)), rng, others) for i in picks]
+        pairs = [degrade_pair(corpus.samples(int(i)), rng, others, lines) for i in picks]
         audio = [a for a, _ in pairs]
         frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE, pad_seconds)  # the longest's
         mel = torch.tensor(np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio]))
