@@ -373,15 +373,7 @@ def degrade_pair(x: np.ndarray, rng: np.random.Generator, others,
         for i in np.flatnonzero(lost):
             frames[i] = frames[i - 1] * 0.7 if i else 0.0
         x = np.concatenate([frames.ravel(), x[len(frames) * 160:]])
-    level = 10 ** (rng.uniform(-20, 6) / 20)  # quiet and hot lines
-    x = x * level * 0.1 / (speech + 1e-9)
-    pcm = float_to_pcm(np.clip(x, -1, 1))
-    codec = rng.random()
-    if codec < 0.4:
-        pcm = ulaw_roundtrip(pcm)
-    elif codec < 0.6:
-        pcm = _alaw_roundtrip(pcm)
-    return pcm_to_float(pcm, np.float32), clean
+    return _level_and_codec(x, speech, rng, ulaw_below=0.4, alaw_below=0.6), clean
 
 
 def _stationary_line(x: np.ndarray, speech: float, rng: np.random.Generator) -> np.ndarray:
@@ -390,13 +382,20 @@ def _stationary_line(x: np.ndarray, speech: float, rng: np.random.Generator) -> 
     sloped = rng.uniform(0, 2)  # drawn for every kind, so each example takes the same draws
     exponent = {"white": 0.0, "pink": 1.0}.get(str(kind), sloped)
     x = x + noise_at(_colored(len(x), rng, exponent), speech, rng.uniform(0, 20))
+    return _level_and_codec(x, speech, rng, ulaw_below=0.5, alaw_below=0.7)
+
+
+def _level_and_codec(x: np.ndarray, speech: float, rng: np.random.Generator,
+                     ulaw_below: float, alaw_below: float) -> np.ndarray:
+    """The end of every line: a level drawn from quiet to hot, then a codec round trip, µ-law for
+    a draw under `ulaw_below`, A-law under `alaw_below`, none above; 8 kHz float32 samples."""
     level = 10 ** (rng.uniform(-20, 6) / 20)
     x = x * level * 0.1 / (speech + 1e-9)
     pcm = float_to_pcm(np.clip(x, -1, 1))
     codec = rng.random()
-    if codec < 0.5:
+    if codec < ulaw_below:
         pcm = ulaw_roundtrip(pcm)
-    elif codec < 0.7:
+    elif codec < alaw_below:
         pcm = _alaw_roundtrip(pcm)
     return pcm_to_float(pcm, np.float32)
 
