@@ -646,7 +646,8 @@ def spec_augment(mel: np.ndarray, speech_frames: int, rng: np.random.Generator, 
     """SpecAugment (Park et al. 2019) on one (80, T) log-mel input: `SPEC_FREQ_MASKS` bands of up
     to `SPEC_FREQ_WIDTH` mel bins inside the telephone band and (`spans`) `SPEC_TIME_MASKS` spans of
     up to `SPEC_TIME_SHARE` of the first `speech_frames` frames (the utterance, not the silence
-    after it) set to the input's mean. A copy; the same number of draws whatever the sizes."""
+    after it) set to the input's mean. A copy; for a given `spans`, the same number of draws
+    whatever the sizes."""
     mel = mel.copy()
     fill = float(mel[:, :max(1, speech_frames)].mean())
     for _ in range(SPEC_FREQ_MASKS):
