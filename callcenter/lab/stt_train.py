@@ -515,7 +515,7 @@ class Corpus:
 def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, lr: float = 2e-5,
           seed: int = 0, hold_out: int = 64, minutes: float | None = None, init: Path | None = None,
           pad_seconds: float = TRAIN_PAD_SECONDS, distill: float = 0.0, match: float = 0.0,
-          layers: int | None = None, lines: str = "all", specaug: str | None = None) -> Path:
+          layers: int | None = None, lines: str = "all", specaug: str | None = None, threads: int = 1) -> Path:
     """Train the encoder; checkpoints in `out_dir` (resumable), the patch exported at the end.
     `init`: a patch (`export`'s file) the encoder starts from instead of the stock one.
     `pad_seconds`: the silence after each input (`export` must record it: the recognizer pads so).
@@ -532,7 +532,11 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     the transcript has no digit ("words": a masked digit is a digit the target still asks for); the
     teacher hears it whole.
     `layers`: train only the convolutions and the first `layers` blocks of the encoder (the front,
-    where the line's noise is), keeping the later blocks as `init` (or stock) has them."""
+    where the line's noise is), keeping the later blocks as `init` (or stock) has them.
+    `threads`: torch's CPU threads (the same run on another count differs in the last bits of its
+    sums, so its losses are not repeated exactly)."""
+    if threads < 1:
+        raise ValueError(f"threads {threads}: 1 or more")
     if specaug not in SPECAUG:
         raise ValueError(f"specaug {specaug!r}: one of {', '.join(map(str, SPECAUG))}")
     torch = _torch()
@@ -540,94 +544,99 @@ def train(corpus_path: Path, out_dir: Path, steps: int = 1500, batch: int = 8, l
     from faster_whisper.tokenizer import Tokenizer
     from tokenizers import Tokenizer as HfTokenizer
 
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    stock = stock_model_dir()
-    base = Ct2Model.read(stock / "model.bin")
-    model = build_model(base.variables)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if init is not None:
-        _load_patch(model, init, base)
-    teacher = None
-    if distill > 0 or match > 0:
-        teacher = build_model(base.variables)
-        for p in teacher.parameters():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(seed)
+        stock = stock_model_dir()
+        base = Ct2Model.read(stock / "model.bin")
+        model = build_model(base.variables)
+        for p in model.parameters():
             p.requires_grad_(False)
-    trained = [p for name, p in model.encoder_tensors().items() if layers is None or _in_front(name, layers)]
-    for p in trained:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
-    tok = Tokenizer(HfTokenizer.from_file(str(stock / "tokenizer.json")), False, task="transcribe", language="en")
-    prompt = list(tok.sot_sequence) + [tok.no_timestamps]
-    extractor = FeatureExtractor(feature_size=80)
-    corpus = Corpus(corpus_path)
-    order = list(range(hold_out, len(corpus)))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = out_dir / "stt-ckpt.pt"
-    step = 0
-    if ckpt.exists():
-        state = torch.load(ckpt)
-        for name, value in state["encoder"].items():
-            model.encoder_tensors()[name].data.copy_(value)
-        opt.load_state_dict(state["opt"])
-        step = state["step"]
-        log.info("stt_train_resumed", step=step)
-    rng = np.random.default_rng(seed + step)
-    others = lambda: corpus.samples(int(rng.integers(len(corpus)))).astype(np.float64)  # noqa: E731
-    started, losses = time.perf_counter(), []
-    while step < steps:
-        if minutes is not None and time.perf_counter() - started > minutes * 60:
-            break
-        picks = rng.choice(order, batch, replace=False)
-        pairs = [degrade_pair(corpus.samples(int(i)), rng, others, lines) for i in picks]
-        audio = [a for a, _ in pairs]
-        frames = window_frames(max(len(a) for a in audio) * WHISPER_RATE // SAMPLE_RATE, pad_seconds)  # the longest's
-        mel = np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio])
-        if specaug:
-            spans = [masks_spans(specaug, corpus.meta[int(i)]["text"]) for i in picks]
-            mel = np.stack([spec_augment(m, len(a) * WHISPER_RATE // SAMPLE_RATE // HOP_SAMPLES, rng, spans=s)
-                            for m, a, s in zip(mel, audio, spans)])
-        mel = torch.tensor(mel)
-        seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
-        width = max(len(s) for s in seqs)
-        tokens = torch.full((batch, width), tok.eot, dtype=torch.long)
-        target = torch.full((batch, width), -100, dtype=torch.long)
-        for j, s in enumerate(seqs):
-            tokens[j, :len(s)] = torch.tensor(s)
-            target[j, len(prompt) - 1:len(s) - 1] = torch.tensor(s[len(prompt):])
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / 100) * max(0.1, 1 - step / steps)
-        encoded = model.encode(mel)
-        logits = model.decode(tokens, encoded)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-        if teacher is not None:
-            with torch.no_grad():
-                clean = torch.tensor(np.stack([mel_features(extractor, c, SAMPLE_RATE, frames) for _, c in pairs]))
-                heard = teacher.encode(clean)
-                soft = torch.log_softmax(teacher.decode(tokens, heard), -1) if distill > 0 else None
-            if soft is not None:
-                mask = target != -100
-                kl = torch.nn.functional.kl_div(torch.log_softmax(logits[mask], -1), soft[mask],
-                                                log_target=True, reduction="batchmean")
-                loss = (1 - distill) * loss + distill * kl
-            if match > 0:
-                loss = loss + match * ((encoded - heard) ** 2).mean() / (heard ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        opt.step()
-        step += 1
-        losses.append(float(loss.detach()))
-        if step % 25 == 0:
-            log.info("stt_train_step", step=step, loss=round(float(np.mean(losses[-25:])), 4),
-                     s_per_step=round((time.perf_counter() - started) / max(1, len(losses)), 2))
-        if step % 100 == 0 or step == steps:
-            torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
-                        "opt": opt.state_dict(), "step": step}, ckpt)
-    torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
-                "opt": opt.state_dict(), "step": step}, ckpt)
-    return ckpt
+        if init is not None:
+            _load_patch(model, init, base)
+        teacher = None
+        if distill > 0 or match > 0:
+            teacher = build_model(base.variables)
+            for p in teacher.parameters():
+                p.requires_grad_(False)
+        trained = [p for name, p in model.encoder_tensors().items() if layers is None or _in_front(name, layers)]
+        for p in trained:
+            p.requires_grad_(True)
+        opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
+        tok = Tokenizer(HfTokenizer.from_file(str(stock / "tokenizer.json")), False, task="transcribe", language="en")
+        prompt = list(tok.sot_sequence) + [tok.no_timestamps]
+        extractor = FeatureExtractor(feature_size=80)
+        corpus = Corpus(corpus_path)
+        order = list(range(hold_out, len(corpus)))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = out_dir / "stt-ckpt.pt"
+        step = 0
+        if ckpt.exists():
+            state = torch.load(ckpt)
+            for name, value in state["encoder"].items():
+                model.encoder_tensors()[name].data.copy_(value)
+            opt.load_state_dict(state["opt"])
+            step = state["step"]
+            log.info("stt_train_resumed", step=step)
+        rng = np.random.default_rng(seed + step)
+        others = lambda: corpus.samples(int(rng.integers(len(corpus)))).astype(np.float64)  # noqa: E731
+        started, losses = time.perf_counter(), []
+        while step < steps:
+            if minutes is not None and time.perf_counter() - started > minutes * 60:
+                break
+            picks = rng.choice(order, batch, replace=False)
+            pairs = [degrade_pair(corpus.samples(int(i)), rng, others, lines) for i in picks]
+            audio = [a for a, _ in pairs]
+            longest = max(len(a) for a in audio)
+            frames = window_frames(longest * WHISPER_RATE // SAMPLE_RATE, pad_seconds)
+            mel = np.stack([mel_features(extractor, a, SAMPLE_RATE, frames) for a in audio])
+            if specaug:
+                spans = [masks_spans(specaug, corpus.meta[int(i)]["text"]) for i in picks]
+                mel = np.stack([spec_augment(m, len(a) * WHISPER_RATE // SAMPLE_RATE // HOP_SAMPLES, rng, spans=s)
+                                for m, a, s in zip(mel, audio, spans)])
+            mel = torch.tensor(mel)
+            seqs = [prompt + tok.encode(" " + corpus.meta[int(i)]["text"].strip()) + [tok.eot] for i in picks]
+            width = max(len(s) for s in seqs)
+            tokens = torch.full((batch, width), tok.eot, dtype=torch.long)
+            target = torch.full((batch, width), -100, dtype=torch.long)
+            for j, s in enumerate(seqs):
+                tokens[j, :len(s)] = torch.tensor(s)
+                target[j, len(prompt) - 1:len(s) - 1] = torch.tensor(s[len(prompt):])
+            for g in opt.param_groups:
+                g["lr"] = lr * min(1.0, (step + 1) / 100) * max(0.1, 1 - step / steps)
+            encoded = model.encode(mel)
+            logits = model.decode(tokens, encoded)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+            if teacher is not None:
+                with torch.no_grad():
+                    clean = torch.tensor(np.stack([mel_features(extractor, c, SAMPLE_RATE, frames) for _, c in pairs]))
+                    heard = teacher.encode(clean)
+                    soft = torch.log_softmax(teacher.decode(tokens, heard), -1) if distill > 0 else None
+                if soft is not None:
+                    mask = target != -100
+                    kl = torch.nn.functional.kl_div(torch.log_softmax(logits[mask], -1), soft[mask],
+                                                    log_target=True, reduction="batchmean")
+                    loss = (1 - distill) * loss + distill * kl
+                if match > 0:
+                    loss = loss + match * ((encoded - heard) ** 2).mean() / (heard ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trained, 1.0)
+            opt.step()
+            step += 1
+            losses.append(float(loss.detach()))
+            if step % 25 == 0:
+                log.info("stt_train_step", step=step, loss=round(float(np.mean(losses[-25:])), 4),
+                         s_per_step=round((time.perf_counter() - started) / max(1, len(losses)), 2))
+            if step % 100 == 0 or step == steps:
+                torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
+                            "opt": opt.state_dict(), "step": step}, ckpt)
+        torch.save({"encoder": {k: v.detach().clone() for k, v in model.encoder_tensors().items()},
+                    "opt": opt.state_dict(), "step": step}, ckpt)
+        return ckpt
+    finally:
+        torch.set_num_threads(previous)  # the caller's count, as it was
 
 
 SPEC_FREQ_MASKS, SPEC_FREQ_WIDTH, SPEC_BAND_BINS = 2, 8, 60  # mel bins; the line's 0-4 kHz is the first 60 of 80
