@@ -598,7 +598,7 @@ def cmd_bench_stt(args) -> int:
     from callcenter.lab.bench.hearing import PARTS, run_stt_bench
 
     try:
-        parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+        parts = PARTS if args.parts is None else tuple(p.strip() for p in args.parts.split(",") if p.strip())
         unknown = set(parts) - set(PARTS)
         if unknown:
             raise CliError(f"--parts: unknown {', '.join(sorted(unknown))} (choose from {', '.join(PARTS)})")
@@ -871,7 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = b.add_parser("stt", help="hearing on bad lines: WER raw and noise-gated, end-of-speech latency, "
                                  "barge-in (echo, babble, backchannels), digit strings")
     s.add_argument("--limit", type=int, default=None, help="utterances per condition / turns per section")
-    s.add_argument("--parts", default="wer,latency,bargein,digits,real", help="sections to run (comma-separated)")
+    s.add_argument("--parts", default=None,
+                   help="sections to run, comma-separated (default: wer,latency,bargein,digits,soft,real)")
     s.add_argument("--vad-input", choices=["raw", "denoised"], default="raw",
                    help="what turn-taking decides on in the latency and barge-in parts (default: raw)")
     s.add_argument("--stt-input", choices=["raw", "denoised"], default="raw",

@@ -200,6 +200,10 @@ def test_bench_stt_reports_each_condition_raw_and_gated(tmp_path):
     assert report["latency"]["clean/open_question"]["turn_end_ms_p50"] >= clean["turn_end_ms_p50"]
     assert report["bargein"]["agent_turns"] == 2 and "missed_rate" in report["bargein"]["interruptions_babble10"]
     assert set(report["digits"]) >= {"clean/hint", "white10/hint", "babble10/hint"}
+    soft = report["soft"]  # 2 utterances, each in 3 babbles, the last word softer and at level
+    assert soft["cases"] == 6 and 0 <= soft["last_word_heard"] <= 1 and 0 <= soft["last_word_heard_at_level"] <= 1
+    assert len(soft["misses"]) == round(6 * (1 - soft["last_word_heard"]))
+    assert all(m["said"] and m["babble"] in (1, 2, 3) for m in soft["misses"])
 
 
 def test_bench_stt_rejects_unknown_parts(tmp_path):

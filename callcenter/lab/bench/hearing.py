@@ -18,6 +18,10 @@ lines made here (`linesim.py`). Sections (`--parts`):
 - `digits`: account numbers read out by this project's voices, clean and at 10 dB white / babble,
   recognized exactly: as a digits node decodes (`grammar`), with the written-digits prompt digits
   nodes used to give (`hint`), and plain (`free`).
+- `soft`: callers trailing off in babble: each clean evaluation utterance with its last 0.35 s of
+  speech 10 dB softer, in babble 10 dB under the rest (three babbles each), through the whole
+  hearing path on an open question; the share whose last word (Whisper's normalizer) is in the
+  turn's text, and the same with the last word at full level, for scale.
 - `real`: the real-human dev set (`../shared/eval-real`: 100 prompts clean, µ-law, white and babble
   at 10 dB; 30 digit strings clean and at 10 dB white), side by side in one run: plain
   faster-whisper tiny.en (its own `transcribe`, beam 1), our recognizer on the stock tiny.en weights,
@@ -81,7 +85,7 @@ def _vad_rates(pcm: bytes) -> tuple[int, int, int, int]:
     return int((fired & quiet).sum()), int(quiet.sum()), int((fired & speech).sum()), int(speech.sum())
 
 
-PARTS = ("wer", "latency", "bargein", "digits", "real")
+PARTS = ("wer", "latency", "bargein", "digits", "soft", "real")
 REAL_DIR = EVAL_DIR.parent / "eval-real"
 REAL_SPEECH = ("clean", "mulaw", "white10", "babble10")
 REAL_DIGITS = ("digits_clean", "digits_white10")
@@ -113,6 +117,8 @@ def run_stt_bench(out: Path, limit: int | None = None, stt_model: str | None = N
         report["bargein"] = _bargein_part(stt, by_cond, limit, eval_dir, config)
     if "digits" in parts:
         report["digits"] = _digits_part(stt, limit)
+    if "soft" in parts:
+        report["soft"] = _soft_part(stt, by_cond, limit, eval_dir, config)
     if "real" in parts:
         report["real"] = _real_part(stt_model, compare, limit, config)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -215,6 +221,47 @@ def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
             result[f"{cond}/{name}"] = row
             log.info("stt_bench_latency", cond=cond, scenario=name, **row)
     return result
+
+
+SOFT_TAIL_S, SOFT_DB, SOFT_BABBLE_SNR_DB = 0.35, 10.0, 10.0  # the trailing-off caller of `soft`
+SOFT_BABBLES = (1, 2, 3)                                      # babble seeds, each utterance in each
+
+
+def _soft_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
+    """Callers whose last word comes 10 dB softer, into 10 dB babble (a caller trailing off, or
+    turning from the phone): is the last word in the turn's text? The same lines with the word at
+    full level say how much of the loss is the softness."""
+    from callcenter.hearing.turns import Expectation
+    from callcenter.lab.linesim import active_rms, babble, noise_at, place
+    from callcenter.lab.replay import replay
+    from callcenter.lab.wer import whisper_words
+
+    heard = {"soft": 0, "level": 0}
+    cases, misses = 0, []
+    for e in by_cond.get("clean", [])[: limit or None]:
+        words = whisper_words(e["text"])
+        if not words:
+            continue
+        x = _samples(eval_dir / e["path"])
+        start, end = _speech_bounds(x)
+        speech = x[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)].astype(np.float64)
+        level = active_rms(speech)
+        soft = speech.copy()
+        soft[-int(SOFT_TAIL_S * SAMPLE_RATE):] *= 10 ** (-SOFT_DB / 20)
+        for seed in SOFT_BABBLES:
+            noise = noise_at(babble(len(speech) / SAMPLE_RATE + 4, seed=seed), level, SOFT_BABBLE_SNR_DB)
+            cases += 1
+            for kind, said in (("soft", soft), ("level", speech)):
+                r = replay(stt, place(noise, said, 1.0), expect=Expectation("speech", 700), config=config)
+                text = " ".join(f.text for f in r.finals)
+                if words[-1] in whisper_words(text):
+                    heard[kind] += 1
+                elif kind == "soft":
+                    misses.append({"id": e["id"], "babble": seed, "said": e["text"], "heard": text})
+    row = {"cases": cases, "last_word_heard": round(heard["soft"] / max(cases, 1), 4),
+           "last_word_heard_at_level": round(heard["level"] / max(cases, 1), 4), "misses": misses}
+    log.info("stt_bench_soft", **{k: v for k, v in row.items() if k != "misses"})
+    return row
 
 
 PROMPTS = [
