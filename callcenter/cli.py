@@ -872,7 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "barge-in (echo, babble, backchannels), digit strings")
     s.add_argument("--limit", type=int, default=None, help="utterances per condition / turns per section")
     s.add_argument("--parts", default=None,
-                   help="sections to run, comma-separated (default: wer,latency,bargein,digits,soft,real)")
+                   help="sections to run, comma-separated (default: every one)")
     s.add_argument("--vad-input", choices=["raw", "denoised"], default="raw",
                    help="what turn-taking decides on in the latency and barge-in parts (default: raw)")
     s.add_argument("--stt-input", choices=["raw", "denoised"], default="raw",
