@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -277,6 +278,10 @@ def cmd_voice_clone(args) -> int:
 
     name = args.name
     _check_new_voice(name, args.out)
+    if args.critic is None:
+        args.critic = clone.CRITIC
+    if not (args.critic >= 0 and math.isfinite(args.critic)):
+        raise CliError(f"--critic {args.critic}: 0 (no critic) or more")
     try:  # before any work: a refused request writes nothing
         args.base_voice = None if args.base == clone.AUTO else clone.Base.named(args.base)
     except clone.CloneError as exc:
@@ -387,7 +392,8 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
                       + f" {(time.monotonic() - started) / 60:.1f} min", flush=True)
 
         try:
-            adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations)
+            adapter = clone.adapt(base, utts, work, args.steps, args.minutes, args.threads, progress, hold, durations,
+                                  args.critic)
         except clone.CloneError as exc:
             raise CliError(str(exc)) from None
     out = _new_voice_file(name, args.out)
@@ -707,6 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "formant moves, which the clone keeps")
     v.add_argument("--minutes", type=float, default=26, help="time budget for the adaptation in this run (default 26)")
     v.add_argument("--steps", type=int, default=1000, help="adaptation steps in all (default 1000)")
+    v.add_argument("--critic", type=float, default=None, metavar="W",
+                   help="weight of a critic that learns to tell the recordings from the clone (0, the default: "
+                        "none); closer to the speaker, at some cost in clarity and naturalness")
     v.add_argument("--threads", type=int, default=2)
     v.add_argument("--work", default=None, help="analysis and checkpoints (default ~/.cache/callcenter/clone/NAME)")
     v.add_argument("--out", default=None, help="voice file (default $CALLCENTER_VOICE_DIR or "

@@ -105,6 +105,10 @@ def test_bad_names_and_shipped_names_are_refused(tmp_path):
     r = cc("voice", "clone", "kal", "--from", tmp_path, "--base", "ssm:nobody", "--work", tmp_path / "w")
     assert r.returncode == 2 and "--base ssm:nobody" in r.stderr and "ssm:reed" in r.stderr
     assert not (tmp_path / "w").exists()
+    for weight in ("-1", "nan"):
+        r = cc("voice", "clone", "kal", "--from", tmp_path, "--critic", weight, "--work", tmp_path / "w")
+        assert r.returncode == 2 and f"--critic {weight}" in r.stderr and "0 (no critic) or more" in r.stderr
+    assert not (tmp_path / "w").exists()
 
 
 def long_term_spectrum(audios: list[np.ndarray]) -> np.ndarray:
@@ -352,6 +356,52 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
     with pytest.raises(CloneError, match="--base ssm:reed"):
         Adapter(Base.named("heart"), utts, threads=1).load(tmp_path / "ckpt.pt")
     Adapter(Base.named("reed"), utts, threads=1).load(tmp_path / "ckpt.pt")
+
+
+def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_path):
+    """`voice clone --critic W`: each step the critic learns to tell the recording's spectrum from the
+    clone's (its verdict on the recording rises), the clone learns from its verdict and features,
+    and a checkpoint carries the critic on with the clone. Its starting weights leave torch's own
+    random state as it was: a clone without one is the same as before the critic came."""
+    import torch
+
+    from callcenter.voice import source_filter as sf
+    from callcenter.voice.clone import CRITIC_FLOOR, Adapter, Base, Utterance
+    from callcenter.voice.sf_runtime import SfVoice
+
+    phrases = SfVoice.g2p()("Thank you for calling, how can I help you today?")
+    ids = np.concatenate([np.asarray(p) for p in phrases])
+    durations = np.full(len(ids), 3)
+    frames = int(durations.sum())
+    t = np.arange(frames * sf.HOP) / sf.SAMPLE_RATE
+    rng = np.random.default_rng(1)
+    audio = (0.1 * np.sign(np.sin(2 * np.pi * 140 * t)) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+             + 0.003 * rng.standard_normal(len(t))).astype(np.float32)
+    utts = [Utterance("u", ids, durations, np.full(frames, 140.0, np.float32), audio)]
+    torch.manual_seed(7)
+    plain = Adapter(Base.named("heart"), utts, threads=1)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    adapter = Adapter(Base.named("heart"), utts, threads=1, critic=1.0)
+    assert torch.equal(torch.rand(3), expected)  # the critic drew nothing from torch's random state
+    assert plain.critic is None and "verdict" not in plain.train_step(10)
+
+    def on_recording() -> float:
+        _, b, _ = adapter.batch()
+        real = torch.log((torch.exp(b["log_power"]) - b["floor"]).clamp(min=0) @ adapter.mel + b["floor"] * CRITIC_FLOOR)
+        with torch.no_grad():
+            return float((adapter.critic(real)[0] * b["fit"]).sum() / b["fit"].sum())
+
+    before = on_recording()
+    for _ in range(10):
+        parts = adapter.train_step(10)
+    assert {"critic", "verdict", "features"} <= parts.keys() and all(np.isfinite(list(parts.values())))
+    assert on_recording() > before + 0.1  # least squares towards 1 for the recordings
+    adapter.save(tmp_path / "ckpt.pt")
+    again = Adapter(Base.named("heart"), utts, threads=1, critic=1.0, seed=5)
+    again.load(tmp_path / "ckpt.pt")
+    assert all(torch.equal(a, b) for a, b in zip(again.critic.state_dict().values(), adapter.critic.state_dict().values()))
+    assert again.step == 10
 
 
 def test_a_clone_matches_its_speakers_intonation_on_sentences_not_lone_words():

@@ -82,6 +82,17 @@ AUTO = "auto"  # `voice clone --base auto` (the default): Base.nearest
 AUTO_BASES = ("heart", "reed")  # shipped voices a clone may start from by itself, heart first
 HEART_F0_HZ = 191.0  # ssm:heart's median F0 (README, ssm:reed); reed's is 10 semitones lower, 107 Hz
 TIE = 1.0  # weight of the pull towards one shift of all three envelopes (the speaker's vocal tract)
+# the critic (`Critic`, `voice clone --critic W`): a small network over log mel spectra that learns
+# to tell the recordings from the clone's spectrum with its random parts drawn, as a recording's
+# periodogram has them; the clone learns from its verdict (least squares, weight W/10) and from
+# matching its layers' features on the recording of the same window (weight W). The fit alone
+# flattens how the spectrum moves within a phoneme, where much of a speaker's identity is
+CRITIC = 0.0  # W by default: off (README, "Cloning a voice": likeness gained, naturalness lost)
+CRITIC_MELS = 40
+CRITIC_BAND = (60.0, 3900.0)  # Hz
+CRITIC_WIDTH = 64
+CRITIC_LR = 2e-4
+CRITIC_FLOOR = 10.0  # × the fit's power floor: what lies under it (the room's hiss) is not the speaker
 # the text side and the durations stay the default voice's (durations from the alignment, a few
 # frames off, made the voice worse): the speaker's rate is one factor, the voice's `speed`
 FROZEN = ("embed.", "encoder.", "duration.")
@@ -462,6 +473,33 @@ def fit_target(utt: Utterance, base_out: np.ndarray) -> FitTarget:
                      base_out[:, 2:].reshape(frames, 3, sf.N_COEF).astype(np.float32), voiced)
 
 
+def make_critic(seed: int = 0):
+    """The critic's network (torch): log mel frames (B, T, CRITIC_MELS) → a verdict per frame (B, T)
+    and each layer's features. Four dilated convolutions see about 0.4 s around each frame; its
+    starting weights come from `seed` (the caller's random state is left as it was)."""
+    import torch
+    from torch import nn
+
+    class Critic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = CRITIC_WIDTH
+            self.layers = nn.ModuleList([nn.Conv1d(CRITIC_MELS, w, 5, padding=2), nn.Conv1d(w, w, 5, padding=4, dilation=2),
+                                         nn.Conv1d(w, w, 5, padding=8, dilation=4), nn.Conv1d(w, w, 3, padding=1)])
+            self.verdict = nn.Conv1d(w, 1, 3, padding=1)
+
+        def forward(self, x):
+            x, features = x.transpose(1, 2), []
+            for layer in self.layers:
+                x = nn.functional.leaky_relu(layer(x), 0.2)
+                features.append(x)
+            return self.verdict(x)[:, 0], features
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return Critic()
+
+
 @dataclass(frozen=True)
 class Base:
     """The voice a clone adapts: its weights' file and, for a derived voice (`voice derive`), the
@@ -522,7 +560,7 @@ class Adapter:
     tell apart, stays the base voice's."""
 
     def __init__(self, base: Base, utts: list[Utterance], threads: int = 2, seed: int = 0, hold: float = HOLD,
-                 durations: bool = False):
+                 durations: bool = False, critic: float = CRITIC):
         import torch
 
         from callcenter.voice.sf_train import from_voice_file
@@ -552,6 +590,11 @@ class Adapter:
         self.step = 0
         self.hold = hold
         self.rng = np.random.default_rng(seed)
+        self.critic_weight = critic
+        self.critic = make_critic(seed) if critic > 0 else None
+        if self.critic is not None:
+            self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=CRITIC_LR, betas=(0.5, 0.9))
+            self.mel = torch.from_numpy(_mel_filters(CRITIC_MELS, *CRITIC_BAND).T.copy())
         self.enc, self.targets = [], []
         said, base_said = 0, 0.0
         with torch.no_grad():
@@ -624,6 +667,9 @@ class Adapter:
         voicing = (F.binary_cross_entropy_with_logits(out[..., 1], b["voiced"], reduction="none") * frames).sum() / n
         total = fit + self.hold * hold + TIE * tie + F0_WEIGHT * f0 + 0.2 * voicing
         parts = {}
+        if self.critic is not None:
+            parts.update(self._criticise(power, logs, b))
+            total = total + self.critic_weight * (0.1 * parts["verdict"] + parts["features"])
         if self.learn_durations:  # as sf_model.losses weighs them
             errs = []
             for k in picks:
@@ -639,6 +685,33 @@ class Adapter:
         self.step += 1
         return {"fit": fit.item(), "hold": hold.item(), "tie": tie.item(), "f0": f0.item(), "voicing": voicing.item(),
                 **{k: v.item() for k, v in parts.items()}, "total": total.item()}
+
+    def _criticise(self, power, logs, b: dict) -> dict:
+        """One step of the critic on this batch, then its verdict on the clone and the distance of
+        its features between the clone and the recordings (both differentiable in `power`). The
+        clone's side is a periodogram: its pulse train's part as expected, the noise and free-phase
+        parts drawn (|Z|² is exponential per bin), as a recording's spectrum has them."""
+        torch = self.torch
+        harmonic = sf.TEACHER_GAIN ** 2 * torch.exp(2 * logs[..., 0, :]) * b["pulse_power"]
+        drawn = harmonic + (power - harmonic) * torch.from_numpy(self.rng.exponential(size=power.shape).astype(np.float32))
+        floor = b["floor"] * CRITIC_FLOOR
+        fake = torch.log(drawn @ self.mel + floor)
+        real = torch.log((torch.exp(b["log_power"]) - b["floor"]).clamp(min=0) @ self.mel + floor)
+        m = b["fit"]
+        n = m.sum().clamp(min=1)
+        real_verdict, real_features = self.critic(real)
+        fake_verdict, _ = self.critic(fake.detach())
+        judged = ((((real_verdict - 1) ** 2) + fake_verdict ** 2) * m).sum() / n
+        self.critic_opt.zero_grad()
+        judged.backward()
+        self.critic_opt.step()
+        with torch.no_grad():
+            _, real_features = self.critic(real)
+        fake_verdict, fake_features = self.critic(fake)
+        verdict = (((fake_verdict - 1) ** 2) * m).sum() / n
+        features = sum(((f - r).abs().mean(1) * m).sum() / n / r.abs().mean().clamp(min=1e-3)
+                       for f, r in zip(fake_features, real_features)) / len(real_features)
+        return {"critic": judged.detach(), "verdict": verdict, "features": features}
 
     def intonation(self) -> tuple[float, float, tuple[float, float]]:
         """(spread, centre, range): how much wider the speaker's intonation is than the adapted
@@ -673,8 +746,10 @@ class Adapter:
         return spread, centre, (float(lo), float(hi))
 
     def save(self, path: Path) -> None:
+        critic = ({"critic": self.critic.state_dict(), "critic_opt": self.critic_opt.state_dict()}
+                  if self.critic is not None else {})
         self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
-                         "rng": self.rng.bit_generator.state, "base": self.base.name}, path)
+                         "rng": self.rng.bit_generator.state, "base": self.base.name, **critic}, path)
 
     def load(self, path: Path) -> None:
         state = self.torch.load(path, weights_only=False)
@@ -686,13 +761,16 @@ class Adapter:
         self.opt.load_state_dict(state["opt"])
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
+        if self.critic is not None and "critic" in state:  # a run without one gets a fresh critic
+            self.critic.load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_opt"])
 
 
 def adapt(base: Base, utts: list[Utterance], work: Path, steps: int, minutes: float, threads: int = 2,
           progress: Callable[[int, int, dict], None] | None = None, hold: float = HOLD,
-          durations: bool = False) -> "Adapter":
+          durations: bool = False, critic: float = CRITIC) -> "Adapter":
     """Train until `steps` (resuming from `work/ckpt.pt`) or the time budget; returns the adapter."""
-    adapter = Adapter(base, utts, threads, hold=hold, durations=durations)
+    adapter = Adapter(base, utts, threads, hold=hold, durations=durations, critic=critic)
     ckpt = work / "ckpt.pt"
     if ckpt.exists():
         adapter.load(ckpt)
@@ -728,7 +806,8 @@ def export(adapter: Adapter, out: Path, info: dict) -> Path:
                                          "kind": "source-filter",
                                          "speed": round(adapter.tempo, 3), "free_phase": phase,
                                          "f0_spread": round(spread, 3), "f0_centre": round(centre, 4),
-                                         "f0_range": [round(lo, 1), round(hi, 1)]})
+                                         "f0_range": [round(lo, 1), round(hi, 1)],
+                                         **({"critic": adapter.critic_weight} if adapter.critic is not None else {})})
     calibrate_level(out, adapter.utts)
     return out
 
