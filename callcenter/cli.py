@@ -278,8 +278,8 @@ def cmd_voice_clone(args) -> int:
 
     name = args.name
     _check_new_voice(name, args.out)
-    if args.critic is None:
-        args.critic = clone.CRITIC
+    if args.critic is None:  # measured on a speaker's recordings only
+        args.critic = clone.CRITIC if args.teacher is None else 0.0
     if not (args.critic >= 0 and math.isfinite(args.critic)):
         raise CliError(f"--critic {args.critic}: 0 (no critic) or more")
     try:  # before any work: a refused request writes nothing
@@ -714,8 +714,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--minutes", type=float, default=26, help="time budget for the adaptation in this run (default 26)")
     v.add_argument("--steps", type=int, default=1000, help="adaptation steps in all (default 1000)")
     v.add_argument("--critic", type=float, default=None, metavar="W",
-                   help="weight of a critic that learns to tell the recordings from the clone (0, the default: "
-                        "none); closer to the speaker, at some cost in clarity and naturalness")
+                   help="weight of a critic that learns to tell the recordings from the clone, from half of the "
+                        "steps on (default 1 with --from, 0 with --teacher; 0: none)")
     v.add_argument("--threads", type=int, default=2)
     v.add_argument("--work", default=None, help="analysis and checkpoints (default ~/.cache/callcenter/clone/NAME)")
     v.add_argument("--out", default=None, help="voice file (default $CALLCENTER_VOICE_DIR or "

@@ -359,14 +359,14 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
 
 
 def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_path):
-    """`voice clone --critic W`: each step the critic learns to tell the recording's spectrum from the
-    clone's (its verdict on the recording rises), the clone learns from its verdict and features,
-    and a checkpoint carries the critic on with the clone. Its starting weights leave torch's own
+    """`voice clone --critic W`: from half of the steps on, each step the critic learns to tell the
+    recording's spectrum from the clone's (its verdict on the recording rises), the clone learns
+    from its verdict and features, and a checkpoint carries the critic on with the clone. Its starting weights leave torch's own
     random state as it was: a clone without one is the same as before the critic came."""
     import torch
 
     from callcenter.voice import source_filter as sf
-    from callcenter.voice.clone import CRITIC_FLOOR, Adapter, Base, Utterance
+    from callcenter.voice.clone import CRITIC_FLOOR, CRITIC_FROM, Adapter, Base, Utterance
     from callcenter.voice.sf_runtime import SfVoice
 
     phrases = SfVoice.g2p()("Thank you for calling, how can I help you today?")
@@ -393,15 +393,16 @@ def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_
             return float((adapter.critic(real)[0] * b["fit"]).sum() / b["fit"].sum())
 
     before = on_recording()
-    for _ in range(10):
-        parts = adapter.train_step(10)
+    for step in range(20):
+        parts = adapter.train_step(20)
+        assert ("verdict" in parts) == (step >= CRITIC_FROM * 20), step  # it joins half way
     assert {"critic", "verdict", "features"} <= parts.keys() and all(np.isfinite(list(parts.values())))
     assert on_recording() > before + 0.1  # least squares towards 1 for the recordings
     adapter.save(tmp_path / "ckpt.pt")
     again = Adapter(Base.named("heart"), utts, threads=1, critic=1.0, seed=5)
     again.load(tmp_path / "ckpt.pt")
     assert all(torch.equal(a, b) for a, b in zip(again.critic.state_dict().values(), adapter.critic.state_dict().values()))
-    assert again.step == 10
+    assert again.step == 20
 
 
 def test_a_clone_matches_its_speakers_intonation_on_sentences_not_lone_words():
