@@ -18,7 +18,9 @@
    the harmonic envelope, plus noise and free phase) against the recording's, on loud frames — with
    the three envelopes pulled towards one common shift (the speaker's vocal tract shapes every
    source) and loosely towards the base voice. F0 is learnt from the analysis, the speaking rate
-   becomes the voice's `speed`, the intonation range `f0_spread` (`Adapter.intonation`).
+   becomes the voice's `speed`, the intonation range `f0_spread` (`Adapter.intonation`). From half
+   of the steps on a critic (`make_critic`) learns to tell the recordings from the clone, and the
+   clone learns from its verdict and features (`CRITIC`; a teacher's clone has none).
    Checkpoints every `CKPT_EVERY` steps make it resumable; a time
    budget bounds it.
 5. **Export** the voice file (half precision, ~2.4 MB) where `ssm_tts` finds voices, with the `gain`
