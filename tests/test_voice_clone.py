@@ -361,12 +361,13 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
 def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_path):
     """`voice clone --critic W`: from half of the steps on, each step the critic learns to tell the
     recording's spectrum from the clone's (its verdict on the recording rises), the clone learns
-    from its verdict and features, and a checkpoint carries the critic on with the clone. Its starting weights leave torch's own
-    random state as it was: a clone without one is the same as before the critic came."""
+    from its verdict and features, and a checkpoint carries the critic on with the clone. Its
+    starting weights leave torch's own random state as it was: a clone without one is the same as
+    before the critic came."""
     import torch
 
     from callcenter.voice import source_filter as sf
-    from callcenter.voice.clone import CRITIC_FLOOR, CRITIC_FROM, Adapter, Base, Utterance
+    from callcenter.voice.clone import CRITIC_FROM, Adapter, Base, Utterance, recorded_power
     from callcenter.voice.sf_runtime import SfVoice
 
     phrases = SfVoice.g2p()("Thank you for calling, how can I help you today?")
@@ -388,9 +389,9 @@ def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_
 
     def on_recording() -> float:
         _, b, _ = adapter.batch()
-        real = torch.log((torch.exp(b["log_power"]) - b["floor"]).clamp(min=0) @ adapter.mel + b["floor"] * CRITIC_FLOOR)
         with torch.no_grad():
-            return float((adapter.critic(real)[0] * b["fit"]).sum() / b["fit"].sum())
+            verdict, _ = adapter.critic(adapter.critic_view(recorded_power(b), b["floor"]))
+        return float((verdict * b["fit"]).sum() / b["fit"].sum())
 
     before = on_recording()
     for step in range(20):

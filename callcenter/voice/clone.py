@@ -84,7 +84,7 @@ AUTO = "auto"  # `voice clone --base auto` (the default): Base.nearest
 AUTO_BASES = ("heart", "reed")  # shipped voices a clone may start from by itself, heart first
 HEART_F0_HZ = 191.0  # ssm:heart's median F0 (README, ssm:reed); reed's is 10 semitones lower, 107 Hz
 TIE = 1.0  # weight of the pull towards one shift of all three envelopes (the speaker's vocal tract)
-# the critic (`Critic`, `voice clone --critic W`): a small network over log mel spectra that learns
+# the critic (`make_critic`, `voice clone --critic W`): a small network over log mel spectra that learns
 # to tell the recordings from the clone's spectrum with its random parts drawn, as a recording's
 # periodogram has them; the clone learns from its verdict (least squares, weight W/10) and from
 # matching its layers' features on the recording of the same window (weight W). The fit alone
@@ -479,6 +479,11 @@ def fit_target(utt: Utterance, base_out: np.ndarray) -> FitTarget:
                      base_out[:, 2:].reshape(frames, 3, sf.N_COEF).astype(np.float32), voiced)
 
 
+def recorded_power(batch: dict):
+    """The recordings' power in an `Adapter.batch` (it holds their log power over the fit's floor)."""
+    return (batch["log_power"].exp() - batch["floor"]).clamp(min=0)
+
+
 def make_critic(seed: int = 0):
     """The critic's network (torch): log mel frames (B, T, CRITIC_MELS) → a verdict per frame (B, T)
     and each layer's features. Four dilated convolutions see about 0.4 s around each frame; its
@@ -692,6 +697,11 @@ class Adapter:
         return {"fit": fit.item(), "hold": hold.item(), "tie": tie.item(), "f0": f0.item(), "voicing": voicing.item(),
                 **{k: v.item() for k, v in parts.items()}, "total": total.item()}
 
+    def critic_view(self, power, floor):
+        """What the critic hears of a power spectrum (..., N_BINS): log power in its mel bands, over
+        `CRITIC_FLOOR` times the fit's floor."""
+        return self.torch.log(power @ self.mel + floor * CRITIC_FLOOR)
+
     def _criticise(self, power, logs, b: dict) -> dict:
         """One step of the critic on this batch, then its verdict on the clone and the distance of
         its features between the clone and the recordings (both differentiable in `power`). The
@@ -700,12 +710,11 @@ class Adapter:
         torch = self.torch
         harmonic = sf.TEACHER_GAIN ** 2 * torch.exp(2 * logs[..., 0, :]) * b["pulse_power"]
         drawn = harmonic + (power - harmonic) * torch.from_numpy(self.rng.exponential(size=power.shape).astype(np.float32))
-        floor = b["floor"] * CRITIC_FLOOR
-        fake = torch.log(drawn @ self.mel + floor)
-        real = torch.log((torch.exp(b["log_power"]) - b["floor"]).clamp(min=0) @ self.mel + floor)
+        fake = self.critic_view(drawn, b["floor"])
+        real = self.critic_view(recorded_power(b), b["floor"])
         m = b["fit"]
         n = m.sum().clamp(min=1)
-        real_verdict, real_features = self.critic(real)
+        real_verdict, _ = self.critic(real)
         fake_verdict, _ = self.critic(fake.detach())
         judged = ((((real_verdict - 1) ** 2) + fake_verdict ** 2) * m).sum() / n
         self.critic_opt.zero_grad()
