@@ -90,7 +90,7 @@ def bench_ssm_voice(name: str, sentences: list[str]) -> tuple[dict, list[np.ndar
     for text in sentences:
         samples, first_at, total = _render_ssm(tts, text)
         first.append(first_at)
-        rtf.append(total / (len(samples) / SAMPLE_RATE))
+        rtf.append(_rtf(samples, first_at, total))
         audio.append(samples)
     rtf_median = float(np.median(rtf))
     return {
@@ -192,7 +192,7 @@ def bench_hibari(sentences: list[str], ref=None) -> tuple[dict, list[np.ndarray]
     for text in sentences:
         samples, first_s, total_s = ref.render(text)
         first.append(first_s)
-        rtf.append(total_s / max(len(samples) / SAMPLE_RATE, 1e-3))
+        rtf.append(_rtf(samples, first_s, total_s))
         audio.append(samples)
     return {"first_audio_ms_p50": 1000 * _percentile(first, 50), "first_audio_ms_p95": 1000 * _percentile(first, 95),
             "rtf_median": float(np.median(rtf))}, audio
@@ -211,20 +211,19 @@ def paired_rtf_ratio(name: str, ref, sentences: list[str], rounds: int = PAIRED_
     ratios = []
     for r in range(rounds):
         for i, text in enumerate(sentences):
-            def ours():
-                samples, _, total = _render_ssm(tts, text)
-                return total / (len(samples) / SAMPLE_RATE)
-
-            def theirs():
-                samples, _, total = ref.render(text)
-                return total / max(len(samples) / SAMPLE_RATE, 1e-3)
-
             if (i + r) % 2:
-                hib, rtf = theirs(), ours()
+                theirs = _rtf(*ref.render(text))
+                ours = _rtf(*_render_ssm(tts, text))
             else:
-                rtf, hib = ours(), theirs()
-            ratios.append(rtf / hib)
+                ours = _rtf(*_render_ssm(tts, text))
+                theirs = _rtf(*ref.render(text))
+            ratios.append(ours / theirs)
     return float(np.median(ratios))
+
+
+def _rtf(samples: np.ndarray, first_s: float, total_s: float) -> float:
+    """A timed rendering's real-time factor: seconds of CPU per second of audio."""
+    return total_s / max(len(samples) / SAMPLE_RATE, 1e-3)
 
 
 SPEAKER_RECORDINGS = 60  # held-out recordings of a cloned voice's speaker the judge compares with
@@ -338,9 +337,9 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             stats, audio = bench_hibari(sentences, hibari)
             result["references"]["hibari af_heart"] = judged(stats, audio)
             log.info("tts_bench_reference", voice="hibari af_heart", **result["references"]["hibari af_heart"])
-            for name, stats in result["voices"].items():
-                stats["rtf_ratio_paired"] = round(paired_rtf_ratio(name.removeprefix("ssm:"), hibari, sentences), 3)
-                log.info("tts_bench_paired", voice=name, rtf_ratio_paired=stats["rtf_ratio_paired"])
+            for name, ours in result["voices"].items():
+                ours["rtf_ratio_paired"] = round(paired_rtf_ratio(name.removeprefix("ssm:"), hibari, sentences), 3)
+                log.info("tts_bench_paired", voice=name, rtf_ratio_paired=ours["rtf_ratio_paired"])
         except JudgeMissing as exc:
             log.warning("hibari_unavailable", error=str(exc))
         for name, render in reference_voices().items():
