@@ -138,6 +138,7 @@ def test_stationary_training_lines_always_carry_steady_noise_and_no_babble():
         degrade_pair(x, np.random.default_rng(0), no_babble, "babble")
 
 
+@pytest.mark.slow  # training material and steps: the full suite, not the quick tier
 def test_the_training_speech_is_spoken_again_the_same_from_its_seed(tmp_path):
     """`stt train` must reproduce a committed patch's corpus: the same seed and count give the same
     speech and transcripts, each utterance where the offsets say, peaking at half of full scale."""
@@ -282,6 +283,7 @@ def small_corpus(tmp_path_factory):
     return synthesize(tmp_path_factory.mktemp("small_corpus") / "c.npz", 4, seed=5)
 
 
+@pytest.mark.slow  # training material and steps: the full suite, not the quick tier
 def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path, small_corpus):
     """`stt train --distill W`: a step's loss mixes the transcript with stock tiny.en's predictions on
     the utterance before the line; training runs, checkpoints and goes on from the checkpoint."""
@@ -298,6 +300,7 @@ def test_training_with_the_stock_model_as_teacher_moves_the_encoder(tmp_path, sm
     assert again["step"] == 3
 
 
+@pytest.mark.slow  # training material and steps: the full suite, not the quick tier
 def test_training_can_pull_the_encoder_towards_what_stock_hears_on_the_clean_line(tmp_path, small_corpus):
     """`stt train --match W`: the encoder's output on the line is also drawn towards stock tiny.en's
     encoder output on the utterance before the line; the same seed with and without it ends apart."""

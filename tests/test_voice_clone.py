@@ -358,6 +358,7 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
     Adapter(Base.named("reed"), utts, threads=1).load(tmp_path / "ckpt.pt")
 
 
+@pytest.mark.slow
 def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_path):
     """`voice clone --critic W`: from half of the steps on, each step the critic learns to tell the
     recording's spectrum from the clone's (its verdict on the recording rises), the clone learns
