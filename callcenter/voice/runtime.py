@@ -30,7 +30,7 @@ FRAMES_PER_STEP = 8      # 80 ms of audio per recurrent step: one matrix product
 # step. bench tts: ssm:heart's real-time factor 0.0079 with 32-frame steps -> 0.0047 (hibari 0.0054
 # in the same run; README, "bench tts"). Chunks of 16 rather than 32 frames: a block's step matrices
 # are 1.3 MB instead of 3.1 (six blocks no longer outgrow the cache between two steps), and ssm:heart
-# is about 8 % cheaper per second of speech (its RTF over hibari's, timed in pairs: 1.12 -> 1.04).
+# is about 8 % cheaper per second of speech (its RTF over hibari's, timed in pairs: 1.12 -> 1.03).
 SCAN_CHUNK_FRAMES = 16
 SECOND_STEP_FRAMES = 128
 STEP_GROWTH = 4
@@ -185,7 +185,7 @@ class Recurrence:
         """(frames in this step, their outputs) per step."""
         conv = [np.zeros((b.conv_w.shape[1], CONV_TAPS - 1), np.float32) for b in self.blocks]
         state = [np.zeros(b.a_bar.shape, np.complex64) for b in self.blocks]
-        t0, scans, step = 0, self.scans, self.scans[0].k
+        t0, scans, step, first = 0, self.scans, self.scans[0].k, True
         while t0 < len(cond):
             if cancelled():
                 return
@@ -208,8 +208,8 @@ class Recurrence:
             t0 += real
             if self.later is not None:
                 # later steps grow, so the audio made stays further ahead of the audio played
-                step = SECOND_STEP_FRAMES if scans is self.scans else min(MAX_STEP_FRAMES, STEP_GROWTH * step)
-                scans = self.later
+                step = SECOND_STEP_FRAMES if first else min(MAX_STEP_FRAMES, STEP_GROWTH * step)
+                scans, first = self.later, False
 
 
 class SsmVoices:

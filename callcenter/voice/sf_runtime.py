@@ -304,7 +304,9 @@ class _Network:
         self.p, self.config = p, config
         self.blocks = [load_block(p, f"decoder.{i}") for i in range(config["decoder_layers"])]
         self.scans = [scan_fn(b, FRAMES_PER_FIRST_STEP) for b in self.blocks]  # the first step (first audio)
-        self.later = [scan_fn(b, SCAN_CHUNK_FRAMES) for b in self.blocks]  # the rest
+        # the rest; chunks as long as the first step's share its matrices rather than build them twice
+        self.later = (self.scans if SCAN_CHUNK_FRAMES == FRAMES_PER_FIRST_STEP
+                      else [scan_fn(b, SCAN_CHUNK_FRAMES) for b in self.blocks])
         self.dec_w, self.dec_b = p["decoder_in.weight"].T.copy(), p["decoder_in.bias"]
         self.head_w = (p["head.weight"].T * p["decoder_norm.weight"][:, None]).astype(np.float32)
         self.head_b = (p["decoder_norm.bias"] @ p["head.weight"].T + p["head.bias"]).astype(np.float32)
