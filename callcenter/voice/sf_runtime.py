@@ -67,10 +67,12 @@ class SourceFilterStream:
         logs = coefs.reshape(k * 3, sf.N_COEF) @ sf.BASIS
         mags = np.exp(np.minimum(logs, sf.LOG_MAG_MAX, out=logs), out=logs).reshape(k, 3, sf.N_BINS)
         draws = self.rng.integers(0, DRAW_TABLE, (2, k, sf.N_BINS), dtype=np.uint16)
-        voiced = (np.asarray(f0) > sf.F0_MIN)[:, None] & self.lock
-        unharmonic = GAUSSIAN[draws[0]] * mags[:, 1] + np.where(voiced, 0, PHASORS[draws[1]] * mags[:, 2])
+        voiced = (np.asarray(f0) > sf.F0_MIN) & self.lock
+        unharmonic = np.take(GAUSSIAN, draws[0]) * mags[:, 1]  # np.take: half the time of GAUSSIAN[draws[0]]
+        free = ~voiced  # free phase only where it is random: a voiced frame's phase is the pulses' (samples)
+        unharmonic[free] += np.take(PHASORS, draws[1][free]) * mags[free, 2]
         self.unharmonic = np.concatenate([self.unharmonic, unharmonic])
-        self.locked = np.concatenate([self.locked, np.where(voiced, mags[:, 2], 0).astype(np.float32)])
+        self.locked = np.concatenate([self.locked, np.where(voiced[:, None], mags[:, 2], 0).astype(np.float32)])
         self.envelope = np.concatenate([self.envelope, mags[:, 0]])
         self.f0 = np.concatenate([self.f0, np.asarray(f0, np.float64)])
 
@@ -106,9 +108,15 @@ class SourceFilterStream:
                 self.pulse[first:], (count, sf.N_FFT), (sf.HOP * self.pulse.itemsize, self.pulse.itemsize))
             rows = slice(self.done - self.first, ready - self.first)
             pulses = np.fft.rfft(windows * sf.WIN_SRC, axis=1)
-            spec = pulses * self.envelope[rows] + self.unharmonic[rows]
-            if self.lock:
-                spec += self.locked[rows] * sf.unit_phase(pulses)
+            if self.lock:  # exp(lh) P + exp(lr) P / |P| in one complex product (sf.unit_phase)
+                gain = np.abs(pulses)
+                np.maximum(gain, 1e-9, out=gain)
+                np.divide(self.locked[rows], gain, out=gain)
+                gain += self.envelope[rows]
+            else:
+                gain = self.envelope[rows]
+            spec = pulses * gain
+            spec += self.unharmonic[rows]
             pieces = (np.fft.irfft(spec, sf.N_FFT, axis=1).astype(np.float32) * sf.WIN).reshape(count, OVERLAP, sf.HOP)
             base = self.emitted - sf.N_FFT // 2  # the sample ola[0] is (a multiple of HOP)
             off = self.done * sf.HOP - sf.N_FFT // 2 - base

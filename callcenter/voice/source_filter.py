@@ -116,7 +116,9 @@ def pulse_samples(f: np.ndarray, phase: float = 0.0) -> tuple[np.ndarray, float]
     voiced = f > F0_MIN
     f = np.maximum(f, F0_MIN)
     cycles = phase + np.cumsum(f) / SAMPLE_RATE  # double precision: the phase runs for seconds
-    t = ((cycles % 1.0) * 2 * np.pi).astype(np.float32)  # within a cycle single precision is plenty
+    # within a cycle single precision is plenty; cycles are positive, so their fraction is exactly
+    # cycles - floor(cycles) (np.remainder took half the pulse train's time)
+    t = ((cycles - np.floor(cycles)) * 2 * np.pi).astype(np.float32)
     harmonics = (np.floor(F_MAX / f) + 0.5).astype(np.float32)
     s = 2 * np.sin(t * 0.5)
     near = np.abs(s) <= 2e-3
