@@ -233,7 +233,7 @@ def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
 
 def test_a_turn_still_open_is_decoded_again_with_what_followed_the_last_word(stt):
     """96 ms after the caller's last loud window the text is decoded, but in babble a soft last word
-    may still be going on, or go unheard by the VAD: cut there, "...down since Tuesday" is read
+    may still be going on, or go unheard by the VAD: cut there, "...down since Tuesday" can be read
     "...down". A turn still open after `recheck_ms` of silence is decoded again, with the quiet
     after the word, when the node's silence leaves time for it; a node that ends sooner, or a text
     that already answers it, is not looked at twice."""
@@ -243,9 +243,17 @@ def test_a_turn_still_open_is_decoded_again_with_what_followed_the_last_word(stt
     once = replay(stt, line, expect=Expectation("speech", 700),
                   config=HearingConfig(turns=TurnConfig(recheck_ms=1e9)))
     assert [f.text.lower().rstrip(".") for f in r.finals] == ["my internet has been down since tuesday"]
-    assert "tuesday" not in " ".join(f.text for f in once.finals).lower()
     looks = [(t, e) for t, e in r.of(Pause) if e.recheck]
     assert len(looks) == 1 and looks[0][1].turn_id == r.finals[0].turn.turn_id
+    # the turn carries the second look's text, made over more of the line than the first look's...
+    first_look = [e for _, e in r.of(Pause) if not e.partial and not e.recheck][-1]
+    assert r.finals[0].turn.text_key == looks[0][1].key > first_look.key
+    # ...and without the second look, the first look's: whatever the recognizer made of the line cut
+    # there. Which that is depends on the CPU: "...has been down" where this was written, the
+    # whole sentence on an AMD EPYC, whose VAD followed "Tuesday" far enough for the first look
+    # to hear it (2026-12-06); so the test holds the turn to the look, not to that word
+    assert once.finals[0].turn.text_key == [e for _, e in once.of(Pause) if not e.partial][-1].key
+    assert not [e for _, e in once.of(Pause) if e.recheck]
     assert r.finals[0].ended_t - looks[0][0] >= 0.25  # made while the node's silence still ran
     # a yes/no node ends after 450 ms: no time for a second look; nor once the text is an answer
     yes_no = replay(stt, line, expect=Expectation("yes_no", 700, answers=lambda t: "yes" in t.lower()))
