@@ -41,9 +41,15 @@ class S4D(nn.Module):
         return dta, a_bar, c * b_bar
 
     def kernel(self, length: int) -> torch.Tensor:
+        """2 Re(sum_n CB_n A_n^l), l < length: (H, L). A^l = exp(dta l) is taken as its decay and
+        its angle, in real exp, cos and sin, which torch vectorises where its complex exp does not
+        (that exp was 40 % of a clone's time; the kernel agrees to float rounding, 3e-7)."""
         dta, _, cb = self._discrete()
-        powers = torch.exp(dta[..., None] * torch.arange(length, device=dta.device))
-        return 2 * torch.einsum("hn,hnl->hl", cb, powers).real               # (H, L)
+        steps = torch.arange(length, device=dta.device, dtype=dta.real.dtype)
+        decay = torch.exp(dta.real[..., None] * steps)
+        angle = dta.imag[..., None] * steps
+        return 2 * (torch.einsum("hn,hnl->hl", cb.real, decay * torch.cos(angle))
+                    - torch.einsum("hn,hnl->hl", cb.imag, decay * torch.sin(angle)))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         """u: (B, H, L) -> (B, H, L), causal."""
