@@ -64,7 +64,8 @@ def _gelu(x):
 
 def _silu(x):
     """x * sigmoid(x), one new array and no other."""
-    t = np.exp(-x)
+    t = np.negative(x)
+    np.exp(t, out=t)
     t += 1
     return np.divide(x, t, out=t)
 
