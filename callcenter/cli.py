@@ -282,6 +282,8 @@ def cmd_voice_clone(args) -> int:
         args.critic = clone.CRITIC if args.teacher is None else 0.0
     if not (args.critic >= 0 and math.isfinite(args.critic)):
         raise CliError(f"--critic {args.critic}: 0 (no critic) or more")
+    if args.hold is not None and not (0 <= args.hold <= 10 and math.isfinite(args.hold)):
+        raise CliError(f"--hold {args.hold}: 0 (free of the base voice) to 10")
     try:  # before any work: a refused request writes nothing
         args.base_voice = None if args.base == clone.AUTO else clone.Base.named(args.base)
     except clone.CloneError as exc:
@@ -328,7 +330,10 @@ def cmd_voice_clone(args) -> int:
         utts = clone.prepare(clips, work, info)
     except clone.CloneError as exc:
         raise CliError(str(exc)) from None
-    return _adapt_and_export(args, name, utts, info, work, clone.HOLD, durations=False)
+    hold = clone.HOLD if args.hold is None else args.hold
+    if hold != clone.HOLD:
+        info["hold"] = hold
+    return _adapt_and_export(args, name, utts, info, work, hold, durations=False)
 
 
 def _clone_from_teacher(args, name: str) -> int:
@@ -360,12 +365,12 @@ def _clone_from_teacher(args, name: str) -> int:
         # Piper's durations, mapped onto our alphabet, place each phoneme for the fit, but they are
         # not learnt: Piper times stress marks and spaces its own way, and a clone that learnt them
         # lost words (piper_teacher.py); the base voice's durations stay, at the teacher's tempo
-        info["hold"] = clone.HOLD
-        return _adapt_and_export(args, name, utts, info, work, clone.HOLD, durations=False)
-    info["hold"] = clone.TEACHER_HOLD
+        info["hold"] = clone.HOLD if args.hold is None else args.hold
+        return _adapt_and_export(args, name, utts, info, work, info["hold"], durations=False)
+    info["hold"] = clone.TEACHER_HOLD if args.hold is None else args.hold
     # exact frames: the decoder may leave the base voice's envelopes further (clone.TEACHER_HOLD), and
     # the teacher's durations are learnt, so the voice speaks at its teacher's pace
-    return _adapt_and_export(args, name, utts, info, work, clone.TEACHER_HOLD, durations=True)
+    return _adapt_and_export(args, name, utts, info, work, info["hold"], durations=True)
 
 
 def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold: float, durations: bool) -> int:
@@ -716,6 +721,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--critic", type=float, default=None, metavar="W",
                    help="weight of a critic that learns to tell the recordings from the clone, from half of the "
                         "steps on (default 1 with --from, 0 with --teacher; 0: none)")
+    v.add_argument("--hold", type=float, default=None, metavar="H",
+                   help="weight of the pull towards the base voice's envelopes: more keeps more of its clarity and "
+                        "naturalness, less comes closer to the speaker (default 0.1; 0.02 for a Kokoro teacher)")
     v.add_argument("--threads", type=int, default=2)
     v.add_argument("--work", default=None, help="analysis and checkpoints (default ~/.cache/callcenter/clone/NAME)")
     v.add_argument("--out", default=None, help="voice file (default $CALLCENTER_VOICE_DIR or "

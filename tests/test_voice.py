@@ -86,6 +86,25 @@ def test_committed_file_has_three_voices_one_not_american():
     assert voices.meta["teachers"]["awb"] == "flite:awb"  # Scottish English
 
 
+def test_flite_speakers_speak_from_source_filter_clones_listed_once():
+    """Since 2026-12-07 `ssm:slt` and `ssm:awb` are source-filter clones of flite's speakers (the
+    spectral file keeps its three voices: `ssm:joe` speaks from it, and the hearing corpus reads all
+    three from it); each name is listed once and credited, and every shipped voice file together
+    stays within the issue's 20 MB."""
+    from callcenter.voice.settings import known_voices
+    from callcenter.voice.sf_runtime import read_meta
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, SfTts, sf_voice_files, ssm_tts
+
+    names = known_voices()
+    assert len(names) == len(set(names)) and {"ssm:joe", "ssm:awb", "ssm:slt"} <= set(names)
+    for voice, base in (("slt", "ssm:heart"), ("awb", "ssm:reed")):
+        assert isinstance(ssm_tts(voice), SfTts)
+        meta = read_meta(sf_voice_files()[voice])
+        assert meta["cloned_from"] == voice and meta["base"] == base and f"CMU ARCTIC speaker {voice}" in meta["credit"]
+    assert type(ssm_tts("joe")) is SsmTts
+    assert sum(p.stat().st_size for p in SHIPPED_VOICE_DIR.glob("*.npz")) <= 20e6
+
+
 def test_synthesis_is_deterministic():
     tts = SsmTts("joe")
     stop = threading.Event()

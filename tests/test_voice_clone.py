@@ -108,6 +108,9 @@ def test_bad_names_and_shipped_names_are_refused(tmp_path):
     for weight in ("-1", "nan"):
         r = cc("voice", "clone", "kal", "--from", tmp_path, "--critic", weight, "--work", tmp_path / "w")
         assert r.returncode == 2 and f"--critic {weight}" in r.stderr and "0 (no critic) or more" in r.stderr
+    for weight in ("-0.1", "inf", "11"):
+        r = cc("voice", "clone", "kal", "--from", tmp_path, "--hold", weight, "--work", tmp_path / "w")
+        assert r.returncode == 2 and f"--hold {weight}" in r.stderr and "0 (free of the base voice) to 10" in r.stderr
     assert not (tmp_path / "w").exists()
 
 
@@ -204,6 +207,29 @@ def test_hearing_never_trains_on_a_cloned_voice(tmp_path, monkeypatch):
     assert "mine" in sf_voices()
     training = Voices().ssm
     assert "heart" in training and "mine" not in training and "allison" not in training
+    # the flite speakers are read from the spectral file, as the committed hearing learnt them
+    # (ssm:slt and ssm:awb name source-filter clones of them since 2026-12-07)
+    from callcenter.lab.stt_train import SPECTRAL_READERS
+
+    assert {"joe", "awb", "slt"} == set(SPECTRAL_READERS) <= set(training)
+    import random
+    import threading
+
+    from callcenter.voice.ssm_tts import SsmTts
+
+    class Slt(random.Random):  # the draws that pick ssm:slt at its own speed
+        def random(self):
+            return 0.9
+
+        def choice(self, seq):
+            return "slt"
+
+        def uniform(self, a, b):
+            return 1.0
+
+    audio, reader = Voices().read("Hello there.", Slt())
+    spectral = np.concatenate(list(SsmTts("slt").samples("Hello there.", threading.Event())))
+    assert reader == "ssm:slt" and np.array_equal(audio, spectral)
 
 
 def test_the_shipped_clone_speaks_as_loud_as_the_house_voice():

@@ -27,6 +27,7 @@ import random
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from callcenter.hearing.stt import HOP_SAMPLES, WHISPER_RATE, mel_features, wind
 from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, patch_path, read_patch, save_patch, sha256,
                                                 stock_model_dir)
 from callcenter.lab.linesim import active_rms, noise_at
+from callcenter.voice.ssm_tts import SsmTts
 
 log = structlog.get_logger()
 
@@ -150,6 +152,7 @@ def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------- voices
 ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
+SPECTRAL_READERS = ("joe", "awb", "slt")  # the spectral model file's voices (ssm-voices.npz)
 FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
 
 
@@ -197,7 +200,7 @@ class Voices:
         # distilled voices only, named here: a voice cloned from a recorded person (ssm:allison, or
         # any voice cloned on this machine) never teaches hearing
         heart = (SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz").exists()
-        self.ssm = ["joe", "awb", "slt", *(["heart"] if heart else [])]
+        self.ssm = [*SPECTRAL_READERS, *(["heart"] if heart else [])]
 
     def read(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
         r = rng.random()
@@ -210,7 +213,12 @@ class Voices:
             voice = rng.choice(ESPEAK_VARIANTS)
             return self._espeak(text, voice, rng.randint(120, 200), rng.randint(25, 75)), f"espeak:{voice}"
         voice = rng.choice(self.ssm)
-        return speak(text, voice, rng.uniform(0.85, 1.2)), f"ssm:{voice}"
+        speed = rng.uniform(0.85, 1.2)
+        if voice in SPECTRAL_READERS:  # the spectral model's, as the committed hearing learnt them,
+            # though ssm:awb and ssm:slt now name source-filter clones of the same flite speakers
+            stop = threading.Event()
+            return np.concatenate(list(SsmTts(voice, speed).samples(text, stop))), f"ssm:{voice}"
+        return speak(text, voice, speed), f"ssm:{voice}"
 
     def kokoro(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
         """`text` read by a Kokoro speaker (`KokoroVoices`), from hibari's US English phonemes."""

@@ -32,7 +32,8 @@ def _ssm_voices() -> list[str]:
     """The voices in the committed voice file (raises VoiceFileError if it cannot be read)."""
     from callcenter.voice.ssm_tts import load_voices, sf_voices
 
-    return [f"ssm:{v}" for v in load_voices().voices + sf_voices()]
+    # a source-filter voice of a spectral voice's name replaces it (ssm_tts speaks the source-filter one)
+    return [f"ssm:{v}" for v in dict.fromkeys(load_voices().voices + sf_voices())]
 
 
 def known_voices() -> list[str]:

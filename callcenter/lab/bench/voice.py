@@ -318,7 +318,7 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
                          "voices_in_file": len(model.voices)}}
     from callcenter.voice.ssm_tts import sf_voices
 
-    for name in voices or model.voices + sf_voices():
+    for name in voices or list(dict.fromkeys(model.voices + sf_voices())):
         stats, audio = bench_ssm_voice(name, sentences)
         result["voices"][f"ssm:{name}"] = judged(stats, audio)
         likeness(name, stats, audio)
