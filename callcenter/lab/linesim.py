@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from callcenter.audio.frames import SAMPLE_RATE
-from callcenter.call.caller import speak
 
 BABBLE_TALKERS = 6
 BABBLE_LINES = [
@@ -40,17 +39,33 @@ def active_rms(x: np.ndarray, frame: int = 160) -> float:
     return float(np.sqrt(loud.mean()))
 
 
+SPECTRAL_VOICES = ("joe", "awb", "slt")  # the spectral model file's voices (ssm-voices.npz)
+
+
+def spectral_speak(text: str, voice: str, speed: float = 1.0) -> np.ndarray:
+    """`text` in one of the spectral model file's voices, float samples at 8 kHz. The hearing
+    corpus, babble and the hearing bench's agent prompts were made with them; since 2026-12-07
+    `ssm:awb` and `ssm:slt` name source-filter clones of the same flite speakers, so this lab
+    material reads the spectral file directly and stays what the committed hearing learnt and was
+    measured on."""
+    import threading
+
+    from callcenter.voice.ssm_tts import SsmTts
+
+    return np.concatenate(list(SsmTts(voice, speed).samples(text, threading.Event())))
+
+
 def babble(seconds: float, seed: int = 0) -> np.ndarray:
     """Background talkers: BABBLE_TALKERS voices saying different lines at once, unit RMS."""
     rng = np.random.default_rng(seed)
     n = int(seconds * SAMPLE_RATE)
     out = np.zeros(n)
-    voices = ["joe", "awb", "slt"]
+    voices = SPECTRAL_VOICES
     for talker in range(BABBLE_TALKERS):
         track = np.zeros(0)
         while len(track) < n:
             line = BABBLE_LINES[rng.integers(len(BABBLE_LINES))]
-            x = speak(line, voices[talker % len(voices)], speed=float(rng.uniform(0.85, 1.15)))
+            x = spectral_speak(line, voices[talker % len(voices)], speed=float(rng.uniform(0.85, 1.15)))
             track = np.concatenate([track, x, np.zeros(int(rng.uniform(0.05, 0.4) * SAMPLE_RATE))])
         start = int(rng.integers(0, len(track) - n + 1))
         out += track[start:start + n] * rng.uniform(0.6, 1.0)

@@ -27,7 +27,6 @@ import random
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -40,8 +39,7 @@ from callcenter.call.caller import speak
 from callcenter.hearing.stt import HOP_SAMPLES, WHISPER_RATE, mel_features, window_frames
 from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, patch_path, read_patch, save_patch, sha256,
                                                 stock_model_dir)
-from callcenter.lab.linesim import active_rms, noise_at
-from callcenter.voice.ssm_tts import SsmTts
+from callcenter.lab.linesim import SPECTRAL_VOICES, active_rms, noise_at, spectral_speak
 
 log = structlog.get_logger()
 
@@ -152,7 +150,7 @@ def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------- voices
 ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
-SPECTRAL_READERS = ("joe", "awb", "slt")  # the spectral model file's voices (ssm-voices.npz)
+SPECTRAL_READERS = SPECTRAL_VOICES  # read from the spectral model file (linesim.spectral_speak)
 FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
 
 
@@ -216,8 +214,7 @@ class Voices:
         speed = rng.uniform(0.85, 1.2)
         if voice in SPECTRAL_READERS:  # the spectral model's, as the committed hearing learnt them,
             # though ssm:awb and ssm:slt now name source-filter clones of the same flite speakers
-            stop = threading.Event()
-            return np.concatenate(list(SsmTts(voice, speed).samples(text, stop))), f"ssm:{voice}"
+            return spectral_speak(text, voice, speed), f"ssm:{voice}"
         return speak(text, voice, speed), f"ssm:{voice}"
 
     def kokoro(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:

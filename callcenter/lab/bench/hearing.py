@@ -276,7 +276,8 @@ PROMPTS = [
 BACKCHANNEL_WORDS = ["Okay.", "Yeah.", "Uh-huh.", "Right.", "Sure.", "Okay, yeah."]
 BACKCHANNEL_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb"]  # ("mm-hm" they spell out)
 INTERRUPT_AT_S = 1.0
-AGENT_VOICES = ("joe", "awb", "slt")  # who reads the barge-in part's prompts, turn by turn
+AGENT_VOICES = ("joe", "awb", "slt")  # who reads the barge-in part's prompts, turn by turn (the spectral
+# file's voices, as the part was measured with: linesim.spectral_speak)
 DIGIT_VOICES = ["flite:kal", "flite:slt", "flite:rms", "flite:awb", "joe"]
 
 
@@ -291,10 +292,9 @@ class BargeInScene:
 
 
 def bargein_scene(by_cond: dict, eval_dir: Path, turns: int = 20) -> BargeInScene:
-    from callcenter.call.caller import speak
-    from callcenter.lab.linesim import active_rms, babble, noise_at, white
+    from callcenter.lab.linesim import active_rms, babble, noise_at, spectral_speak, white
 
-    prompts = [(PROMPTS[i % len(PROMPTS)], speak(PROMPTS[i % len(PROMPTS)], AGENT_VOICES[i % len(AGENT_VOICES)]))
+    prompts = [(PROMPTS[i % len(PROMPTS)], spectral_speak(PROMPTS[i % len(PROMPTS)], AGENT_VOICES[i % len(AGENT_VOICES)]))
                for i in range(turns)]
     clean = by_cond.get("clean", [])[:turns]
     caller_rms = float(np.median([active_rms(_samples(eval_dir / e["path"])) for e in clean])) if clean else 0.05
@@ -315,7 +315,7 @@ def interruption_line(background: np.ndarray | None, agent: np.ndarray, caller: 
 
 def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
     from callcenter.call.caller import EchoPath, speak
-    from callcenter.lab.linesim import active_rms, place
+    from callcenter.lab.linesim import active_rms, place, spectral_speak
     from callcenter.lab.replay import replay
 
     turns = limit or 20
@@ -338,7 +338,7 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
         stop_ms, barge_ms, missed, heard = [], [], 0, []
         for i, (text, agent) in enumerate(prompts):
             said = clean[i % len(clean)]["text"] if clean else "Stop, I want billing."
-            x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else speak(said, "awb")
+            x = _samples(eval_dir / clean[i % len(clean)]["path"]) if clean else spectral_speak(said, "awb")
             onset = INTERRUPT_AT_S + _onset_s(x)
             r = run(text, agent, interruption_line(noises.get(cond), agent, x))
             if r.barge_in_t is None:
