@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm
 from tests.test_voice_clone import assert_a_flow_can_select
@@ -43,6 +44,7 @@ def formant_ratio(ours: list[np.ndarray], base: list[np.ndarray]) -> float:
     return min(errors, key=errors.get)
 
 
+@pytest.mark.slow  # the whole suite's (11 and 8 s): out of the quick tier, which went past 3 minutes
 def test_a_derived_voice_speaks_lower_with_lower_formants_as_loud_and_as_clear_and_flows_can_select_it(
         tmp_path, monkeypatch):
     from callcenter.call.caller import speak
@@ -81,6 +83,7 @@ def test_a_derived_voice_speaks_lower_with_lower_formants_as_loud_and_as_clear_a
     assert heard["deep"] <= heard["heart"] + 0.05, heard
 
 
+@pytest.mark.slow  # the whole suite's (11 and 8 s): out of the quick tier, which went past 3 minutes
 def test_wrong_derivations_are_refused_with_a_message_and_a_derived_base_is_followed(tmp_path):
     env = {"CALLCENTER_VOICE_DIR": str(tmp_path)}
     r = cc("voice", "derive", "deep", "--from", "ssm:joe", "--pitch", "-3", env=env)
