@@ -209,9 +209,9 @@ def test_hearing_never_trains_on_a_cloned_voice(tmp_path, monkeypatch):
     assert "heart" in training and "mine" not in training and "allison" not in training
     # the flite speakers are read from the spectral file, as the committed hearing learnt them
     # (ssm:slt and ssm:awb name source-filter clones of them since 2026-12-07)
-    from callcenter.lab.stt_train import SPECTRAL_READERS
+    from callcenter.lab.linesim import SPECTRAL_VOICES
 
-    assert {"joe", "awb", "slt"} == set(SPECTRAL_READERS) <= set(training)
+    assert {"joe", "awb", "slt"} == set(SPECTRAL_VOICES) <= set(training)
     import random
     import threading
 

@@ -150,7 +150,6 @@ def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------- voices
 ESPEAK_VARIANTS = ["en-us", "en-us+m3", "en-us+f2", "en+m1", "en+f3", "en-gb-x-rp", "en-us+m7", "en-029"]
-SPECTRAL_READERS = SPECTRAL_VOICES  # read from the spectral model file (linesim.spectral_speak)
 FLITE_VOICES = ["kal", "kal16", "awb", "rms", "slt"]
 
 
@@ -198,7 +197,7 @@ class Voices:
         # distilled voices only, named here: a voice cloned from a recorded person (ssm:allison, or
         # any voice cloned on this machine) never teaches hearing
         heart = (SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz").exists()
-        self.ssm = [*SPECTRAL_READERS, *(["heart"] if heart else [])]
+        self.ssm = [*SPECTRAL_VOICES, *(["heart"] if heart else [])]
 
     def read(self, text: str, rng: random.Random) -> tuple[np.ndarray, str]:
         r = rng.random()
@@ -212,7 +211,7 @@ class Voices:
             return self._espeak(text, voice, rng.randint(120, 200), rng.randint(25, 75)), f"espeak:{voice}"
         voice = rng.choice(self.ssm)
         speed = rng.uniform(0.85, 1.2)
-        if voice in SPECTRAL_READERS:  # the spectral model's, as the committed hearing learnt them,
+        if voice in SPECTRAL_VOICES:  # the spectral model's, as the committed hearing learnt them,
             # though ssm:awb and ssm:slt now name source-filter clones of the same flite speakers
             return spectral_speak(text, voice, speed), f"ssm:{voice}"
         return speak(text, voice, speed), f"ssm:{voice}"

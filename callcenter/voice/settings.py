@@ -30,10 +30,9 @@ def voice_settings(value) -> VoiceSettings | None:
 
 def _ssm_voices() -> list[str]:
     """The voices in the committed voice file (raises VoiceFileError if it cannot be read)."""
-    from callcenter.voice.ssm_tts import load_voices, sf_voices
+    from callcenter.voice.ssm_tts import voice_names
 
-    # a source-filter voice of a spectral voice's name replaces it (ssm_tts speaks the source-filter one)
-    return [f"ssm:{v}" for v in dict.fromkeys(load_voices().voices + sf_voices())]
+    return [f"ssm:{v}" for v in voice_names()]
 
 
 def known_voices() -> list[str]:

@@ -63,6 +63,12 @@ def sf_voices() -> list[str]:
     return list(sf_voice_files())
 
 
+def voice_names() -> list[str]:
+    """Every ssm voice here, each name once: the spectral file's, then the source-filter ones; a
+    source-filter voice of a spectral voice's name replaces it (`ssm_tts` speaks that one)."""
+    return list(dict.fromkeys(load_voices().voices + sf_voices()))
+
+
 def sf_voice_problem(voice: str) -> str | None:
     """Why the source-filter voice `voice` cannot speak here (a derived voice whose base is gone),
     or None; reads metadata only."""

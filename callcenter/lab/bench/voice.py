@@ -316,9 +316,9 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
               "memory": {"weights_mb_all_voices": round(weights_mb, 2),
                          "rss_growth_mb_on_load": round((rss_after - rss_before) / 1024, 1),
                          "voices_in_file": len(model.voices)}}
-    from callcenter.voice.ssm_tts import sf_voices
+    from callcenter.voice.ssm_tts import voice_names
 
-    for name in voices or list(dict.fromkeys(model.voices + sf_voices())):
+    for name in voices or voice_names():
         stats, audio = bench_ssm_voice(name, sentences)
         result["voices"][f"ssm:{name}"] = judged(stats, audio)
         likeness(name, stats, audio)
