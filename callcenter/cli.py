@@ -591,7 +591,7 @@ def cmd_bench_tts(args) -> int:
                            references=not args.no_references,
                            save_audio=Path(args.save_audio) if args.save_audio else None,
                            dnsmos=not args.no_dnsmos)
-    print(json.dumps({k: report[k] for k in ("voices", "references", "memory")}, indent=2))
+    print(json.dumps({k: report[k] for k in ("voices", "references", "memory", "targets")}, indent=2))
     return 0
 
 

@@ -128,6 +128,70 @@ def _compare(result: dict) -> None:
         stats["vs_hibari"] = vs
 
 
+# issue 17's targets, each reported as met or missed (`targets`)
+DEFAULT_WER_RATIO_MAX = 1.5  # the default voice's WER against hibari's in the same run
+DEFAULT_OVRL_BELOW_MAX = 0.15  # ...its DNSMOS OVRL at most this under hibari's
+DEFAULT_RTF_RATIO_MAX = 1.0  # ...its CPU per second of audio at most hibari's (timed in pairs)
+FIRST_AUDIO_P50_MAX_MS, FIRST_AUDIO_P95_MAX_MS = 10.0, 20.0
+EVERY_VOICE_OVRL_MIN = 2.9
+EVERY_VOICE_WER_MAX = 0.03  # the judge's: Whisper's English normalizer
+CLONE_SIMILARITY_MIN = 0.90  # ssm:allison against her recordings not used in cloning
+CLONE_OVRL_MIN = 3.0
+SHIPPED_WEIGHTS_MAX_MB = 20.0
+
+
+def targets(result: dict, default_voice: str) -> list[dict]:
+    """Issue 17's targets against one `bench tts` result: one row per target and voice, with the
+    value, the bound and whether it is met. A target whose measure the run lacks (no references, no
+    DNSMOS, no speaker recordings) is left out rather than guessed."""
+    rows = []
+
+    def row(target: str, voice: str | None, value, bound, met: bool, **extra) -> None:
+        rows.append({"target": target, "voice": voice, "value": value, "bound": bound, "met": bool(met), **extra})
+
+    for name, v in result["voices"].items():
+        if v.get("wer_whisper") is not None:
+            row("judge WER <= 3 %", name, round(v["wer_whisper"], 4), EVERY_VOICE_WER_MAX,
+                v["wer_whisper"] <= EVERY_VOICE_WER_MAX, wer_ours=round(v["wer"], 4),
+                wer_without_numbers=round(v["wer_whisper_without_numbers"], 4))
+        if "dnsmos" in v:
+            row("DNSMOS OVRL >= 2.9", name, v["dnsmos"]["OVRL"], EVERY_VOICE_OVRL_MIN,
+                v["dnsmos"]["OVRL"] >= EVERY_VOICE_OVRL_MIN)
+        if "speaker_similarity" in v and name == "ssm:allison":
+            row("cloned voice: speaker similarity >= 0.90", name, v["speaker_similarity"], CLONE_SIMILARITY_MIN,
+                v["speaker_similarity"] >= CLONE_SIMILARITY_MIN)
+            if "dnsmos" in v:
+                row("cloned voice: DNSMOS OVRL >= 3.0", name, v["dnsmos"]["OVRL"], CLONE_OVRL_MIN,
+                    v["dnsmos"]["OVRL"] >= CLONE_OVRL_MIN)
+    default = result["voices"].get(default_voice)
+    if default:
+        row("default voice: first audio p50 <= 10 ms", default_voice, round(default["first_audio_ms_p50"], 2),
+            FIRST_AUDIO_P50_MAX_MS, default["first_audio_ms_p50"] <= FIRST_AUDIO_P50_MAX_MS)
+        row("default voice: first audio p95 <= 20 ms", default_voice, round(default["first_audio_ms_p95"], 2),
+            FIRST_AUDIO_P95_MAX_MS, default["first_audio_ms_p95"] <= FIRST_AUDIO_P95_MAX_MS)
+        vs = default.get("vs_hibari", {})
+        if "wer_whisper_ratio" in vs:
+            row("default voice: judge WER <= 1.5x hibari's", default_voice, vs["wer_whisper_ratio"],
+                DEFAULT_WER_RATIO_MAX, vs["wer_whisper_ratio"] <= DEFAULT_WER_RATIO_MAX, wer_ours_ratio=vs["wer_ratio"])
+        if "dnsmos_ovrl_diff" in vs:
+            row("default voice: DNSMOS OVRL >= hibari's - 0.15", default_voice, vs["dnsmos_ovrl_diff"],
+                -DEFAULT_OVRL_BELOW_MAX, vs["dnsmos_ovrl_diff"] >= -DEFAULT_OVRL_BELOW_MAX)
+        if "rtf_ratio_paired" in vs:
+            row("default voice: RTF <= hibari's (paired)", default_voice, vs["rtf_ratio_paired"],
+                DEFAULT_RTF_RATIO_MAX, vs["rtf_ratio_paired"] <= DEFAULT_RTF_RATIO_MAX, unpaired=vs["rtf_ratio"])
+    shipped = result["memory"].get("shipped_weights_mb")
+    if shipped is not None:
+        row("all shipped voices <= 20 MB", None, shipped, SHIPPED_WEIGHTS_MAX_MB, shipped <= SHIPPED_WEIGHTS_MAX_MB)
+    return rows
+
+
+def shipped_weights_mb() -> float:
+    """Every voice file the package ships, together (the spectral model and each source-filter voice)."""
+    from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR
+
+    return round(sum(p.stat().st_size for p in SHIPPED_VOICE_DIR.glob("*.npz")) / 1e6, 2)
+
+
 def reference_voices() -> dict:
     """Voices measured beside ours: how to render a sentence with each (None where not installed)."""
     from callcenter.voice.text import normalize
@@ -313,7 +377,7 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             log.warning("speaker_judge_unavailable", voice=name, error=str(exc))
 
     result = {"sentences": len(sentences), "threads": 1, "voices": {}, "references": {},
-              "memory": {"weights_mb_all_voices": round(weights_mb, 2),
+              "memory": {"spectral_weights_mb": round(weights_mb, 2), "shipped_weights_mb": shipped_weights_mb(),
                          "rss_growth_mb_on_load": round((rss_after - rss_before) / 1024, 1),
                          "voices_in_file": len(model.voices)}}
     from callcenter.voice.ssm_tts import voice_names
@@ -350,6 +414,11 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
             result["references"][name] = judged(stats, audio)
             log.info("tts_bench_reference", voice=name, **result["references"][name])
         _compare(result)
+    from callcenter.voice.settings import DEFAULT_VOICE
+
+    result["targets"] = targets(result, DEFAULT_VOICE)
+    for t in result["targets"]:
+        log.info("tts_bench_target", **t)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     return result
