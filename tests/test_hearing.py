@@ -207,6 +207,7 @@ def test_a_start_heard_late_in_babble_keeps_the_callers_first_words(stt):
     assert _turn_audio_from(fixed) > onset + 0.05  # the first syllable cut
 
 
+@pytest.mark.slow  # 5-6 s of decodes: the whole suite runs it (the quick tier stays under 3 min)
 def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
     """The caller's last word comes 10 dB softer, into 10 dB babble: under the turn's speech margin,
     but the VAD is sure of it. The turn's text must cover it (`tail_threshold`) before it ends the
@@ -231,6 +232,7 @@ def test_a_caller_trailing_off_in_babble_is_heard_to_the_last_word(stt):
     assert r.of(Ended)[0][1].silence_ms < 800 and r.of(Ended)[0][1].why == "silence"
 
 
+@pytest.mark.slow  # 5-6 s of decodes: the whole suite runs it (the quick tier stays under 3 min)
 def test_a_turn_still_open_is_decoded_again_with_what_followed_the_last_word(stt):
     """96 ms after the caller's last loud window the text is decoded, but in babble a soft last word
     may still be going on, or go unheard by the VAD: cut there, "...down since Tuesday" can be read

@@ -50,8 +50,9 @@ class ProtocolServer:
         self.seen.append((dict(req.headers), body))
         if self.mode == "500":
             return web.json_response({"error": "overloaded"}, status=500)
-        if self.mode == "stall":
-            await asyncio.sleep(10)
+        if self.mode == "stall":  # answers nothing until the server closes (the client gives up first)
+            await self.closing.wait()
+            return web.json_response({"error": "closing"}, status=503)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(req)
         if self.mode == "answer":
@@ -95,11 +96,13 @@ class ProtocolServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.openai)
         app.router.add_post("/v1/messages", self.anthropic)
+        self.closing = asyncio.Event()
         self._serving = serve_loopback(app)
         self.url = await self._serving.__aenter__()
         return self
 
     async def __aexit__(self, *exc):
+        self.closing.set()  # a stalled request ends now, not when its sleep would have (the runner waits for it)
         await self._serving.__aexit__(*exc)
 
 
