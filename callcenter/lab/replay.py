@@ -3,9 +3,11 @@
 The same `Listener` a live call runs (echo canceller and noise gate, keypad, turn detector, decode
 bookkeeping), and the same recognizer, see the caller's line frame by frame. The agent's prompt plays from a queue the way the
 media bridge plays it: held while the caller may be interrupting, resumed after a backchannel,
-dropped on a real barge-in; its echo comes back through an `EchoPath`. Each decode runs for real
-and its result arrives its measured duration later, as on a call with a free core; so does the
-expectation's `finished` judgement of a pause's text, after its decode.
+dropped on a real barge-in; its echo comes back through an `EchoPath`. Each decode runs for real.
+When its result arrives depends on the `DecodeClock`: `MeasuredDecodes` (benchmarks) delivers it its
+measured duration later, as on a call with a free core, and so does the expectation's `finished`
+judgement of a pause's text; `ModelledDecodes` (tests) delivers it a modelled time later, the same
+on every machine, so that a slower CPU cannot move a turn decision the test asserts on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,35 @@ from callcenter.hearing.listener import Listener
 from callcenter.hearing.turns import BargeIn, Ended, Expectation, Pause, Resume, Started, Turn
 
 TICK_S = FRAME_MS / 1000
+MODELLED_DECODE_BASE_S = 0.08  # a modelled decode: this much...
+MODELLED_DECODE_PER_AUDIO_S = 0.03  # ...plus this much per second of audio decoded (tiny.en on one core)
+MODELLED_JUDGE_S = 0.005  # a modelled `finished` judgement of a pause's text
+
+
+class MeasuredDecodes:
+    """Results arrive after the time their decode (and judgement) took on this machine."""
+
+    def decode_s(self, pcm: bytes, measured_s: float) -> float:
+        return measured_s
+
+    def judge_s(self, measured_s: float) -> float:
+        return measured_s
+
+
+@dataclass(frozen=True)
+class ModelledDecodes:
+    """Results arrive after a modelled time that depends only on the audio's length: turn decisions
+    are then the same on a fast and a slow machine (what tests assert on)."""
+
+    base_s: float = MODELLED_DECODE_BASE_S
+    per_audio_s: float = MODELLED_DECODE_PER_AUDIO_S
+    judge: float = MODELLED_JUDGE_S
+
+    def decode_s(self, pcm: bytes, measured_s: float) -> float:
+        return self.base_s + self.per_audio_s * len(pcm) / 2 / SAMPLE_RATE
+
+    def judge_s(self, measured_s: float) -> float:
+        return self.judge
 
 
 @dataclass
@@ -52,9 +83,11 @@ class Replayed:
 
 def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Expectation | None = None,
            config: HearingConfig | None = None, echo: EchoPath | None = None, tail_s: float = 2.5,
-           agent_text: str = "") -> Replayed:
+           agent_text: str = "", clock: MeasuredDecodes | ModelledDecodes | None = None) -> Replayed:
     """Run the hearing path over `caller` (float samples at 8 kHz; what the caller's side sends
-    apart from the echo) while the agent plays `agent` from time 0."""
+    apart from the echo) while the agent plays `agent` from time 0. `clock`: when decode results
+    arrive (default: after their measured time)."""
+    clock = clock or MeasuredDecodes()
     listener = Listener(config)
     listener.expecting(expect or Expectation())
     listener.agent_saying(agent_text)
@@ -71,7 +104,7 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
     def decode(pcm: bytes, t: float):
         result = stt.transcribe_pcm(pcm, SAMPLE_RATE, None, listener.expect)
         out.decodes += 1
-        return t + result.seconds, result
+        return t + clock.decode_s(pcm, result.seconds), result
 
     for tick in range(ticks):
         t = tick * TICK_S
@@ -94,7 +127,7 @@ def replay(stt, caller: np.ndarray, agent: np.ndarray | None = None, expect: Exp
             if finished is not None and not request.partial and result.text.strip() and listener.in_speech:
                 t0 = time.perf_counter()  # as the call does: judged after the decode, for its measured time
                 verdict = finished(result.text)
-                judging.append((ready + time.perf_counter() - t0, request, verdict))
+                judging.append((ready + clock.judge_s(time.perf_counter() - t0), request, verdict))
                 out.judged.append((ready, result.text, verdict))
         for ready, request, verdict in [j for j in judging if j[0] <= t]:
             judging.remove((ready, request, verdict))
