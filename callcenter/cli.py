@@ -478,10 +478,14 @@ def cmd_kamailio_config(args) -> int:
         callers = callers_from_env(args.caller or [])
         agents = callers_from_env(args.agent or [], "--agent")
         cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm,
-                                    pike_density=args.rate_limit, agents=agents)
+                                    pike_density=args.rate_limit, agents=agents,
+                                    agent_networks=args.agent_network or [])
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
+    if agents:
+        print(f"each worker's config needs `trusted_proxies: ['{args.listen}']` to take agents' keypad codes "
+              "from this balancer")
     return 0
 
 
@@ -648,6 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent", action="append", metavar="USER=ENV_VAR",
                    help="a human agent whose softphone registers here (digest authentication; password in "
                         "ENV_VAR); workers ring them at sip:USER@LISTEN (repeatable)")
+    s.add_argument("--agent-network", action="append", metavar="CIDR",
+                   help="a network an agent's phone may register a contact in besides its own address "
+                        "(repeatable; default: only the address the REGISTER came from)")
     s.add_argument("--realm", default="callcenter", help="the digest realm")
     s.add_argument("--rate-limit", type=int, default=PIKE_DENSITY, metavar="N",
                    help=f"requests one address (not a worker) may send per {PIKE_UNIT_S} s before Kamailio "

@@ -82,6 +82,7 @@ class LiveCall:
                                    transport=self.transport, transport_id=transport_id)
         self.consult: ConsultLeg | None = None
         self.supervisor: SupervisorLeg | None = None  # a supervisor's own phone, listening in
+        self.bridge.on_privacy(self._privacy)
         self.task: asyncio.Task | None = None
         self.started_wall = time.time()
 
@@ -183,7 +184,17 @@ class LiveCall:
         if leg is None or leg.ended.done() or self.ended:
             return
         person = self.consult.call if self.consult is not None else None
-        await self.agent.endpoint.run_on_sip(self.call.supervise, leg.call, leg.mode, person, not self.session.bridged)
+        await self.agent.endpoint.run_on_sip(self.call.supervise, leg.call, leg.mode, person, not self.session.bridged,
+                                             self.bridge.private)
+
+    def _privacy(self, private: bool) -> None:
+        """A card number is being given or read back (or no longer): the console is told, and a
+        listening supervisor's phone stops hearing the caller and the agent until it is over."""
+        self.events.emit(ev.PRIVACY, private=private)
+        if self.supervisor is not None and not self.ended:
+            task = asyncio.ensure_future(self._resupervise())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or self.log.error(
+                "supervisor_privacy_failed", error=str(t.exception())))
 
     def leave_supervision(self) -> None:
         leg, self.supervisor = self.supervisor, None

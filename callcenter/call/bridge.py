@@ -79,8 +79,11 @@ class MediaBridge:
         self.closed = False
         self._relay: MediaBridge | None = None
         # while the caller gives a sensitive value (a card number) their side of the recording is
-        # silence: spoken digits and keypad tones never reach the file (PCI DSS)
-        self.private_caller = False
+        # silence: spoken digits and keypad tones never reach the file (PCI DSS); the same moments,
+        # and a private read-back, are kept from a listening supervisor (`on_privacy`)
+        self._private_caller = False
+        self._private_out: set[int] = set()  # private utterances queued or playing
+        self._on_privacy: Callable[[bool], None] | None = None
         # how well the transport keeps the 20 ms clock (both SIP and WebRTC ask for one frame a tick)
         self.frames_out = 0
         self.late_frames = 0
@@ -88,6 +91,34 @@ class MediaBridge:
         self._clock0: float | None = None
 
     # ---- asyncio side
+    @property
+    def private_caller(self) -> bool:
+        return self._private_caller
+
+    @private_caller.setter
+    def private_caller(self, value: bool) -> None:
+        before = self.private
+        self._private_caller = bool(value)
+        self._privacy_changed(before)
+
+    @property
+    def private(self) -> bool:
+        """Is a sensitive value being given or read back on this call right now?"""
+        return self._private_caller or bool(self._private_out)
+
+    def on_privacy(self, fn: Callable[[bool], None] | None) -> None:
+        """Be told (on the loop) when `private` turns on or off."""
+        self._on_privacy = fn
+
+    def _privacy_changed(self, before: bool) -> None:
+        if self.private != before and self._on_privacy is not None:
+            self._on_privacy(self.private)
+
+    def _private_played(self, utterance: int) -> None:
+        before = self.private
+        self._private_out.discard(utterance)
+        self._privacy_changed(before)
+
     def on_playout(self, first_frame: Callable[[int, float], None],
                    utterance_played: Callable[[int, float], None],
                    first_sound: Callable[[int, float], None] | None = None) -> None:
@@ -101,6 +132,10 @@ class MediaBridge:
              private: bool = False) -> None:
         """Queue one agent frame; `private` (a read-back of a sensitive value) is sent to the caller
         but recorded as silence."""
+        if private and utterance not in self._private_out:
+            before = self.private
+            self._private_out.add(utterance)  # before its first frame can leave
+            self._privacy_changed(before)
         with self._lock:
             self._out.append(_Queued(frame.pcm, utterance, first, last, private))
 
@@ -110,6 +145,8 @@ class MediaBridge:
             if self._out and self._out[-1].utterance == utterance:
                 self._out[-1].last = True
                 return
+        if utterance in self._private_out:
+            self._private_played(utterance)
         if self._on_utterance_played:
             self._on_utterance_played(utterance, self.clock())
 
@@ -125,6 +162,8 @@ class MediaBridge:
         with self._lock:
             n = len(self._out)
             self._out.clear()
+        for utterance in list(self._private_out):
+            self._private_played(utterance)
         return n
 
     def relay_to(self, other: "MediaBridge | None") -> None:
@@ -182,6 +221,8 @@ class MediaBridge:
                 self._loop.call_soon_threadsafe(self._on_first_sound, item.utterance, now)
             if item.last and self._on_utterance_played:
                 self._loop.call_soon_threadsafe(self._on_utterance_played, item.utterance, now + 0.02)
+            if item.last and item.private:
+                self._loop.call_soon_threadsafe(self._private_played, item.utterance)
         return pcm
 
     def caller_frame(self, pcm: bytes) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from callcenter.text.pan import scrub_cards
+
 # Event kinds, in the order a turn produces them.
 CALL_START = "call_start"
 SPEECH_START = "speech_start"
@@ -42,6 +44,7 @@ TRANSFER_SUMMARY = "transfer_summary"
 HANGUP = "hangup"
 CALL_END = "call_end"
 SUPERVISOR = "supervisor"
+PRIVACY = "privacy"  # private: a card number is being given or read back (the supervisor hears neither side)
 MARKED = "marked"
 ERROR = "error"
 MEDIA = "media"  # at the end: frames sent, how many left late (the transport missed its 20 ms tick)
@@ -117,8 +120,7 @@ class CallEvents:
         return self.turn
 
     def emit(self, kind: str, at: float | None = None, **data: Any) -> Event:
-        if self.scrub is not None:
-            data = self.scrub(data)
+        data = (self.scrub or scrub_cards)(data)  # a card number never reaches the file or the console
         ev = Event(kind, self.call_id, self.now() if at is None else at, time.time(), self.turn, data)
         self.history.append(ev)
         if self._fd is not None:

@@ -27,6 +27,7 @@ from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNo
                                     SetNode, Slot, TransferNode, VoicemailNode, WebhookNode, sensitive_variables,
                                     trusted_variables)
 from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
+from callcenter.text.pan import mask_cards
 from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
 from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok
 from callcenter.voice.settings import VoiceSettings
@@ -257,7 +258,11 @@ class Dialog:
         self.sensitive = sensitive_variables(flow)
         self._trusted = trusted_variables(flow)
         self.masked: dict[str, Any] = {}  # sensitive variables' values as prompts may show them
-        self.redactor = Redactor()  # what must never be stored or sent: env secrets, sensitive values
+        # what must never be stored or sent: env secrets, sensitive values, any card number; slots
+        # the flow declares `sensitive: false` (an account or phone number) are not scanned for cards
+        self.redactor = Redactor({n for node in flow.nodes.values() for n, slot in (getattr(node, "slots", None)
+                                                                                      or {}).items()
+                                  if slot.sensitive is False})
         for name in flow.env:
             self.redactor.add_secret(self.variables.get(name))
         self._matchers = _matchers(flow, encoder)
@@ -289,9 +294,10 @@ class Dialog:
         return self._asks_sensitive(self.node, self._digit_target(self.node))
 
     def _asks_sensitive(self, node, target: "_DigitTarget | None") -> bool:
-        """Does `node` now ask for a sensitive value (its digit target, or its next missing slot)?"""
-        return bool(target and target.sensitive) or isinstance(node, AskNode) and any(
-            node.slots[s].is_sensitive for s in self._missing_slots(node)[:1])
+        """Does `node` now ask for a sensitive value: its digit target, or any slot it still lacks
+        (at ask and llm nodes alike: a caller may say the card number before it is their turn)?"""
+        slots = getattr(node, "slots", None) or {}
+        return bool(target and target.sensitive) or any(slots[s].is_sensitive for s in self._missing_slots(node))
 
     def _keep(self, name: str, value: Any) -> Any:
         """Store a captured value; a sensitive one becomes a secret of this call. Returns what may
@@ -392,8 +398,8 @@ class Dialog:
             return node.slots[missing[0]].prompt
         return node.prompt
 
-    def _missing_slots(self, node: AskNode) -> list[str]:
-        return [s for s in node.slots if self.variables.get(s) in (None, "")]
+    def _missing_slots(self, node) -> list[str]:
+        return [s for s in getattr(node, "slots", None) or {} if self.variables.get(s) in (None, "")]
 
     def _listen(self, node) -> Listen:
         examples = [e for i in getattr(node, "intents", getattr(node, "choices", {})).values() for e in i.examples]
@@ -467,7 +473,7 @@ class Dialog:
         node = self._listening()
         if not text.strip():
             return self.on_no_input()
-        self.variables["last_utterance"] = mask_spoken_digits(text) if self.collecting_sensitive else text
+        self.variables["last_utterance"] = mask_spoken_digits(text) if self.collecting_sensitive else mask_cards(text)
         if confidence < node.min_confidence:
             self.last_decision = Decision(self.node_name, None, confidence, "low_confidence")
             return self._retry(node, node.no_match, no_match=True)

@@ -9,7 +9,13 @@ through `Redactor.scrub` first. A digit secret is found however it was written: 
 
 While the caller is saying or keying a sensitive value, what they say is not yet known as a value,
 so recognised speech is masked as a whole: every digit and number word becomes `*`
-(`mask_spoken_digits`).
+(`mask_spoken_digits`), homophones a recognizer writes for them ("for", "won", "ate", "niner",
+"nought") included.
+
+Beyond the call's own secrets, `scrub` masks any card number in any text, whatever node the caller
+was at (`callcenter.text.pan`): a number volunteered at an earlier question, in words, in other
+scripts' digits, with any separator. Only the caller ID and slots the flow declares `sensitive: false`
+are exempt.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 from urllib.parse import quote
+
+from callcenter.text.pan import CALLER_ID_KEYS, DIGIT_WORDS, scrub_cards
 
 MASK_CHAR = "*"
 KEEP_LAST = 4  # digits of a card number that may be shown (PCI DSS allows the last four)
@@ -27,7 +35,8 @@ _SEPARATORS = r"[\s.,\-/]*"
 _NUMBER_WORDS = ("zero|oh|o|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
                  "fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|"
                  "ninety|hundred|thousand|double|triple")
-_SPOKEN_DIGITS = re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.IGNORECASE)
+_SPOKEN_DIGITS = re.compile(rf"\d|\b(?:{_NUMBER_WORDS}|{'|'.join(sorted(DIGIT_WORDS, key=len, reverse=True))})\b",
+                            re.IGNORECASE)
 
 
 class Masked(str):
@@ -56,9 +65,12 @@ def mask_spoken_digits(text: str) -> str:
 class Redactor:
     """The secrets of one call, and the scrubbing of anything that may contain them."""
 
-    def __init__(self) -> None:
+    def __init__(self, exempt: set[str] | frozenset[str] = frozenset()) -> None:
         self._patterns: list[tuple[re.Pattern, str]] = []
         self._seen: set[str] = set()
+        # keys whose values are not scanned for card numbers: the caller ID, and slots the flow
+        # declares not sensitive (a long account or phone number)
+        self.exempt = frozenset(CALLER_ID_KEYS | set(exempt))
 
     def __bool__(self) -> bool:
         return bool(self._patterns)
@@ -85,7 +97,11 @@ class Redactor:
         return masked
 
     def scrub(self, value: Any) -> Any:
-        """`value` (text, or dicts and lists of it) with every known secret replaced."""
+        """`value` (text, or dicts and lists of it) with every known secret replaced, and every card
+        number masked wherever it stands (but under the exempt keys)."""
+        return scrub_cards(self._secrets(value), self.exempt)
+
+    def _secrets(self, value: Any) -> Any:
         if not self._patterns:
             return value
         if isinstance(value, str):
@@ -93,10 +109,10 @@ class Redactor:
                 value = pattern.sub(mask, value)
             return value
         if isinstance(value, dict):
-            return {k: self.scrub(v) for k, v in value.items()}
+            return {k: self._secrets(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.scrub(v) for v in value]
+            return [self._secrets(v) for v in value]
         if isinstance(value, int) and not isinstance(value, bool) and len(str(abs(value))) >= MIN_SECRET_CHARS:
-            scrubbed = self.scrub(str(value))
+            scrubbed = self._secrets(str(value))
             return value if scrubbed == str(value) else scrubbed
         return value

@@ -40,7 +40,8 @@ class Fleet:
         self.recordings = self.dir / "recordings"
         self.config = self.dir / "sip.yaml"
         self.config.write_text(f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\n"
-                               f"max_calls: 4\nrecordings: {self.recordings}\n" + extra_config)
+                               f"max_calls: 4\nrecordings: {self.recordings}\n"
+                               f"trusted_proxies: ['127.0.0.1:{balancer_port}']\n" + extra_config)
         self.log_path = self.dir / "workers.log"
         self.kamailio_log = self.dir / "kamailio.log"
         self.agents = agents or {}  # human agents (user -> password) who register with the Kamailio

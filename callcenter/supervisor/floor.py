@@ -37,6 +37,9 @@ def transcript_lines(events) -> list[tuple[str, str]]:
             out.append(("supervisor", e.get("text") or e.get("action", "")))
         elif kind == "transfer" and "accepted" in e:
             out.append(("flow", f"transfer to {e.get('to')}: {'accepted' if e['accepted'] else 'failed'}"))
+        elif kind == "privacy":
+            out.append(("flow", "a card number is being taken: you hear neither side" if e.get("private")
+                        else "card number taken: listening again"))
         elif kind == "call_end":
             out.append(("flow", f"call ended by {e.get('ended_by')}"))
     return out
@@ -128,6 +131,8 @@ class Floor:
             self.model_paths[e["via"]] = self.model_paths.get(e["via"], 0) + 1
         elif kind == "flow_decision" and e.get("next_node"):
             view.row["node"] = e["next_node"]
+        elif kind == "privacy":
+            view.row["private"] = bool(e.get("private"))
         elif kind == "call_end":
             view.ended = True
             spoke = any(x.get("kind") in ("stt_final", "dtmf") for x in view.events)

@@ -202,22 +202,72 @@ class ServerConfig(_Strict):
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")
 
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="the load balancers (the project's Kamailio) whose word this worker takes on who "
+                    "is calling: only a request whose packet comes from one of these (address, "
+                    "address:port or network; judged by the packet's source, never by its Via) may "
+                    "name a human agent (X-Callcenter-Agent) and so dial a keypad code. Give the "
+                    "port where the balancer shares an address with callers (127.0.0.1:5060). "
+                    "Empty: nobody, and agents change their state from the console only.")
+
     @field_validator("acl")
     @classmethod
     def _networks(cls, v: list[str]) -> list[str]:
         return networks(v)
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            host, port = split_source(entry)
+            if port is not None and not 1 <= port <= 65535:
+                raise ValueError(f"{entry!r}: the port must be 1-65535")
+            networks([host])
+        return v
+
     def allows(self, source: str) -> bool:
         """Is a request from `source` ("203.0.113.5:5060", "[2001:db8::1]:5060") allowed?"""
         if not self.acl:
             return True
-        host = source.rsplit(":", 1)[0].strip("[]") if source.count(":") == 1 or source.startswith("[") \
-            else source
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
+        address = source_address(source)
+        return address is not None and any(address in ipaddress.ip_network(net, strict=False) for net in self.acl)
+
+    def trusts_proxy(self, source: str) -> bool:
+        """Did a packet from `source` ("127.0.0.1:5060") come from one of `trusted_proxies`?"""
+        address = source_address(source)
+        _, sport = split_source(source)
+        if address is None:
             return False
-        return any(address in ipaddress.ip_network(net, strict=False) for net in self.acl)
+        for entry in self.trusted_proxies:
+            host, port = split_source(entry)
+            if address in ipaddress.ip_network(host, strict=False) and (port is None or port == sport):
+                return True
+        return False
+
+
+def split_source(source: str) -> tuple[str, int | None]:
+    """"203.0.113.5:5060" → ("203.0.113.5", 5060); "[2001:db8::1]:5060" → ("2001:db8::1", 5060);
+    "10.0.0.0/8" or "2001:db8::1" → (itself, None)."""
+    source = source.strip()
+    if source.startswith("["):
+        host, _, port = source[1:].partition("]")
+        port = port.lstrip(":")
+    elif source.count(":") == 1:
+        host, _, port = source.partition(":")
+    else:
+        host, port = source, ""
+    try:
+        return host, (int(port) if port else None)
+    except ValueError:
+        return host, -1
+
+
+def source_address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(split_source(source)[0])
+    except ValueError:
+        return None
 
 
 def load_server_config(path: str | Path) -> ServerConfig:

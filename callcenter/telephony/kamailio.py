@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 DISPATCHER_SET = 1
+AGENT_HEADER = "X-Callcenter-Agent"  # the agent Kamailio authenticated; workers take it from trusted proxies only
 PIKE_DENSITY = 40  # requests per PIKE_UNIT_S from one address (not a worker) before it is blocked
 PIKE_UNIT_S = 2
 NO_ANSWER_MS = 2000  # a worker that has not answered an INVITE (not even 100 Trying) by then is skipped
@@ -78,6 +79,13 @@ request_route {{
         xlog("L_WARN", "rate limit: $rm from $si:$sp dropped\n");
         exit;
     }}
+    if (!ds_is_from_list("{dset}") && search("{agent_header}")) {{
+        # only this balancer names an agent to a worker: a request that names one itself, in any
+        # form (folded onto another header's line, any case), is an impostor
+        xlog("L_WARN", "$rm from $si:$sp carries {agent_header} itself: refused\n");
+        if (!is_method("ACK")) sl_send_reply("403", "Forbidden");
+        exit;
+    }}
     if (has_totag()) {{
         # in-dialog requests (ACK, BYE, re-INVITE) follow the Record-Route to the call's worker, but
         # only within a dialog this balancer set up itself, and only between its caller and a
@@ -88,6 +96,13 @@ request_route {{
             exit;
         }}
         if (loose_route()) {{
+            if ($hdrc(Route) > 1 || $(hdr(Route){{s.count,,}}) > 0) {{
+                # a Route the caller added after ours: following it would relay the request
+                # (from this balancer's address) wherever the caller chose
+                xlog("L_WARN", "in-dialog $rm from $si:$sp carries a Route beyond ours: refused\n");
+                if (!is_method("ACK")) sl_send_reply("403", "Forbidden");
+                exit;
+            }}
             if (!ds_is_from_list("{dset}") && !ds_is_from_list("{dset}", "2", "$ru")) {{
                 xlog("L_WARN", "in-dialog $rm from $si:$sp to $ru: neither side is a worker, refused\n");
                 if (!is_method("ACK")) sl_send_reply("403", "Forbidden");
@@ -151,13 +166,23 @@ def module_dir() -> str:
 AUTH_MODULES = """loadmodule "auth.so"
 loadmodule "htable.so"
 modparam("htable", "htable", "callers=>size=8;")
+# challenges carry qop=auth; each nonce is good for one request (nonce-count tracked for qop), and
+# only from the address, for the Call-ID and Request-URI it was issued to: a captured REGISTER or
+# keypad-code INVITE cannot be replayed, from another address or at all
+modparam("auth", "qop", "auth")
+modparam("auth", "nonce_count", 1)
+modparam("auth", "one_time_nonce", 1)
+modparam("auth", "auth_checks_register", {auth_checks})
+modparam("auth", "auth_checks_no_dlg", {auth_checks})
 """
+AUTH_CHECKS = 1 | 2 | 8  # the nonce is bound to the full Request-URI, the Call-ID and the source IP
+CHALLENGE_QOP = "1"  # auth_challenge / www_challenge flags: qop=auth
 
 AUTH_BLOCK = """    if (is_method("INVITE")) {{
         # digest authentication of callers: challenge, refuse unknown users and wrong credentials,
         # consume good ones
         if (!is_present_hf("Proxy-Authorization") || $au == $null || $au == "") {{
-            auth_challenge("{realm}", "0");
+            auth_challenge("{realm}", "{qop}");
             exit;
         }}
         if ($sht(callers=>$au) == $null) {{
@@ -170,7 +195,7 @@ AUTH_BLOCK = """    if (is_method("INVITE")) {{
         $var(password) = $sht(callers=>$au);
         $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
         if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{   # none yet, stale or foreign nonce
-            auth_challenge("{realm}", "0");
+            auth_challenge("{realm}", "{qop}");
             exit;
         }}
         if ($var(rc) < 0) {{   # wrong password, unknown user, malformed credentials
@@ -184,8 +209,11 @@ AUTH_BLOCK = """    if (is_method("INVITE")) {{
 
 REGISTRAR_MODULES = """loadmodule "usrloc.so"
 loadmodule "registrar.so"
+loadmodule "ipops.so"
 modparam("usrloc", "db_mode", 0)
 modparam("registrar", "max_expires", 3600)
+# one phone per agent: a queue call rings one place, never a list the agent (or a thief) wrote
+modparam("registrar", "max_contacts", 1)
 modparam("htable", "htable", "agents=>size=8;")
 """
 
@@ -195,15 +223,11 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
         route(REGISTRAR);
         exit;
     }}
-    if (is_method("INVITE") && !ds_is_from_list("{dset}")) {{
-        # only this balancer says which agent is calling (below); a caller's own header is dropped
-        remove_hf("X-Callcenter-Agent");
-    }}
     if (is_method("INVITE") && !ds_is_from_list("{dset}") && $rU =~ "^[*][0-9]+$") {{
         # an agent's keypad code from their phone (*41 log in, *42 log out, *45 pause, *46 resume):
         # the agent proves who they are, and the worker is told in X-Callcenter-Agent
         if (!is_present_hf("Proxy-Authorization") || $au == $null || $au == "") {{
-            auth_challenge("{realm}", "0");
+            auth_challenge("{realm}", "{qop}");
             exit;
         }}
         if ($sht(agents=>$au) == $null) {{
@@ -213,7 +237,7 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
         $var(password) = $sht(agents=>$au);
         $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
         if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
-            auth_challenge("{realm}", "0");
+            auth_challenge("{realm}", "{qop}");
             exit;
         }}
         if ($var(rc) < 0) {{
@@ -221,7 +245,7 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
             exit;
         }}
         consume_credentials();
-        append_hf("X-Callcenter-Agent: $au\r\n");
+        append_hf("{agent_header}: $au\r\n");
         t_check_trans();
         dlg_manage();
         record_route();
@@ -256,7 +280,7 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
 
 REGISTRAR_ROUTE = """route[REGISTRAR] {{
     if (!is_present_hf("Authorization") || $au == $null || $au == "") {{
-        www_challenge("{realm}", "0");
+        www_challenge("{realm}", "{qop}");
         exit;
     }}
     if ($sht(agents=>$au) == $null || $au != $tU) {{
@@ -267,7 +291,7 @@ REGISTRAR_ROUTE = """route[REGISTRAR] {{
     $var(password) = $sht(agents=>$au);
     $var(rc) = pv_www_authenticate("{realm}", "$var(password)", "0");
     if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
-        www_challenge("{realm}", "0");
+        www_challenge("{realm}", "{qop}");
         exit;
     }}
     if ($var(rc) < 0) {{
@@ -276,10 +300,30 @@ REGISTRAR_ROUTE = """route[REGISTRAR] {{
         exit;
     }}
     consume_credentials();
-    if (!save("location")) sl_reply_error();
+    if ($ct != "*" && $ct != $null) {{
+        # the phone registers itself, where it is: one Contact, at the address the REGISTER came
+        # from (or in an agents' network), so a queue call can never be sent to a gateway or a
+        # premium number of the registrant's choosing
+        $var(chost) = $(ct{{nameaddr.uri}}{{uri.host}});
+        if ($hdrc(Contact) != 1 || $(ct{{s.count,,}}) > 0 || ($var(chost) != $si{agent_networks})) {{
+            xlog("L_WARN", "registration of '$au' from $si:$sp refused: contact $ct is not the sender\n");
+            sl_send_reply("403", "Contact Must Be The Sender");
+            exit;
+        }}
+    }}
+    if (!save("location", "0x04")) sl_reply_error();   # 0x04: the new contact replaces the old
 }}
 
 """
+
+def _network(net: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_network(net, strict=False))
+    except ValueError:
+        raise ValueError(f"agent network {net!r} is not a network (10.20.0.0/16)") from None
+
 
 USER = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 
@@ -313,12 +357,14 @@ def callers_from_env(specs: list[str], option: str = "--caller") -> dict[str, st
 def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4,
                           callers: dict[str, str] | None = None, realm: str = "callcenter",
                           pike_density: int = PIKE_DENSITY, pike_unit_s: int = PIKE_UNIT_S,
-                          agents: dict[str, str] | None = None) -> Path:
+                          agents: dict[str, str] | None = None, agent_networks: list[str] | None = None) -> Path:
     """`workers`: SIP URIs (sip:127.0.0.1:5070); `callers`: user → password for digest
     authentication of INVITEs (none: no authentication); `agents`: human agents (user → password)
     whose softphones register here and whom workers ring (none: no registrar); `pike_density`:
     requests one source address may send per `pike_unit_s` seconds before it is blocked. Returns
-    the path of kamailio.cfg."""
+    the path of kamailio.cfg. `agent_networks`: networks (CIDR) an agent's phone may register a
+    contact in besides its own source address (phones behind a NAT or a PBX)."""
+    nets = "".join(f' && !is_in_subnet("$var(chost)", "{_network(n)}")' for n in agent_networks or [])
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     dispatcher = out / "dispatcher.list"
@@ -326,12 +372,15 @@ def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], 
         f"{DISPATCHER_SET} {uri if uri.startswith('sip:') else 'sip:' + uri} 0 {len(workers) - i}\n"
         for i, uri in enumerate(workers)))
     cfg = out / "kamailio.cfg"
-    text = CONFIG.format(children=children, listen=listen, mpath=module_dir(),
-                         no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s, dispatcher_list=dispatcher, dset=DISPATCHER_SET,
-                         auth_modules=(AUTH_MODULES if callers or agents else "") + (REGISTRAR_MODULES if agents else ""),
-                         auth_block=AUTH_BLOCK.format(realm=realm) if callers else "",
-                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET, realm=realm) if agents else "",
-                         registrar_route=REGISTRAR_ROUTE.format(realm=realm) if agents else "",
+    auth = {"realm": realm, "qop": CHALLENGE_QOP}
+    text = CONFIG.format(children=children, listen=listen, mpath=module_dir(), agent_header=AGENT_HEADER,
+                         no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s,
+                         dispatcher_list=dispatcher, dset=DISPATCHER_SET,
+                         auth_modules=(AUTH_MODULES.format(auth_checks=AUTH_CHECKS) if callers or agents else "")
+                         + (REGISTRAR_MODULES if agents else ""),
+                         auth_block=AUTH_BLOCK.format(**auth) if callers else "",
+                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET, agent_header=AGENT_HEADER, **auth) if agents else "",
+                         registrar_route=REGISTRAR_ROUTE.format(agent_networks=nets, **auth) if agents else "",
                          auth_events=_auth_events({"callers": callers or {}, "agents": agents or {}})
                          if callers or agents else "")
     fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -17,6 +17,7 @@ import concurrent.futures
 import ctypes
 import ipaddress
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import structlog
 from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_MS, SAMPLE_RATE
 from callcenter.telephony.config import ServerConfig
+from callcenter.telephony.kamailio import AGENT_HEADER
 
 log = structlog.get_logger()
 
@@ -218,7 +220,6 @@ class _BridgePort(pj.AudioMediaPort):
             log.exception("media_in_failed")
 
 
-AGENT_HEADER = "X-Callcenter-Agent"  # set by the project's Kamailio on an agent's authenticated keypad code
 
 
 @dataclass
@@ -227,20 +228,56 @@ class CallInfo:
     remote_uri: str
     local_uri: str
     agent: str | None = None  # the human agent Kamailio authenticated (a keypad code call)
+    request_uri: str = ""  # the INVITE's Request-URI: what the caller dialled
 
     @property
     def dialled(self) -> str:
-        """The user part of the number dialled (To), e.g. `*45`."""
-        uri = self.local_uri.split("<")[-1].split(">")[0]
-        return uri.split(":", 1)[-1].split("@", 1)[0]
+        """The user part of the number dialled, from the Request-URI (never the To header, which
+        the caller writes and Kamailio does not check), e.g. `*45`."""
+        return uri_user(self.request_uri)
+
+
+def uri_user(uri: str) -> str:
+    """`sip:*45@10.0.0.1;transport=udp` → `*45`; `<sip:bob@host>` → `bob`; no user part → ``."""
+    uri = uri.split("<")[-1].split(">")[0].strip()
+    rest = uri.split(":", 1)[-1]
+    return rest.split("@", 1)[0] if "@" in rest else ""
+
+
+def _head_lines(message: str) -> list[str]:
+    """The start line and header fields of a SIP message, with folded continuation lines (a line
+    that begins with a space or tab, RFC 3261 7.3.1) joined to the field they continue."""
+    head = re.split(r"\r?\n\r?\n", message, maxsplit=1)[0]
+    lines: list[str] = []
+    for line in re.split(r"\r?\n", head):
+        if line[:1] in (" ", "\t") and lines:
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines
+
+
+def headers_of(message: str, name: str) -> list[str]:
+    """Every value of header `name` (case-insensitive, folded lines unfolded)."""
+    out = []
+    for line in _head_lines(message)[1:]:
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() == name.lower():
+            out.append(value.strip())
+    return out
 
 
 def header_of(message: str, name: str) -> str | None:
-    for line in message.split("\r\n\r\n", 1)[0].splitlines()[1:]:
-        key, sep, value = line.partition(":")
-        if sep and key.strip().lower() == name.lower():
-            return value.strip()
-    return None
+    """The value of header `name` if the message has it exactly once (a second copy is refused: only
+    one party can have written both, and it is not to be trusted), else None."""
+    values = headers_of(message, name)
+    return values[0] if len(values) == 1 else None
+
+
+def request_uri_of(message: str) -> str:
+    """The Request-URI of a request's start line (`INVITE sip:*45@host SIP/2.0`)."""
+    parts = _head_lines(message)[0].split()
+    return parts[1] if len(parts) == 3 else ""
 
 
 class SipCall(pj.Call):
@@ -337,12 +374,15 @@ class SipCall(pj.Call):
     def refer(self, uri: str) -> None:
         self.xfer(uri, pj.CallOpParam(True))
 
-    def supervise(self, supervisor: "SipCall", mode: str, person: "SipCall | None", ai_voice: bool) -> None:
+    def supervise(self, supervisor: "SipCall", mode: str, person: "SipCall | None", ai_voice: bool,
+                  private: bool = False) -> None:
         """Join a supervisor's call to this one in pjmedia's conference bridge (SIP thread); called
         again to switch modes, each switch one set of port connections (instant). `listen`: the
         supervisor hears the caller, the agent's voice (`ai_voice`) and the person bridged to the
         caller (`person`), and nobody hears them. `whisper`: the person hears them too (an AI agent
-        hears them through the supervisor leg's own recognizer instead). `barge`: the caller too."""
+        hears them through the supervisor leg's own recognizer instead). `barge`: the caller too.
+        `private`: a card number is being given or read back: the supervisor hears neither the caller
+        nor the agent's voice until it is over (they may still speak, as their mode allows)."""
         if mode not in SUPERVISION_MODES:
             raise SipError(f"unknown supervision mode {mode!r}")
         caller, sup = self.getAudioMedia(-1), supervisor.getAudioMedia(-1)
@@ -353,10 +393,11 @@ class SipCall(pj.Call):
                 sup.stopTransmit(media)
         if self.port is not None:
             self.port.stopTransmit(sup)
-        caller.startTransmit(sup)
+        if not private:
+            caller.startTransmit(sup)
         if theirs is not None:
             theirs.startTransmit(sup)
-        if ai_voice and self.port is not None:
+        if ai_voice and self.port is not None and not private:
             self.port.startTransmit(sup)
         if mode in ("whisper", "barge") and theirs is not None:
             sup.startTransmit(theirs)
@@ -564,9 +605,17 @@ class SipEndpoint:
         call = SipCall(self, account, prm.callId)
         try:
             ci = call.getInfo()
-            info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri, header_of(prm.rdata.wholeMsg, AGENT_HEADER))
-            call.info = info
             source = prm.rdata.srcAddress
+            message = prm.rdata.wholeMsg
+            # only the balancer (judged by the packet's source address, not by anything the message
+            # says of itself) may name the agent who dialled a keypad code
+            trusted = self.config.trusts_proxy(source)
+            info = CallInfo(ci.callIdString, ci.remoteUri, ci.localUri,
+                            header_of(message, AGENT_HEADER) if trusted else None, request_uri_of(message))
+            if not trusted and headers_of(message, AGENT_HEADER):
+                log.warning("sip_agent_header_ignored", source=source, remote=info.remote_uri,
+                            why="not from a trusted proxy")
+            call.info = info
             if not self.config.allows(source):
                 self.rejected["acl"] += 1
                 log.warning("sip_call_rejected", reason="acl", source=source, remote=info.remote_uri)
