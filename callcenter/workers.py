@@ -22,6 +22,8 @@ log = structlog.get_logger()
 
 RTP_PORTS_PER_WORKER = 1000
 RESTART_AFTER_S = 1.0
+FAILED_START_S = 30.0  # a worker that exits this soon after its start did not start...
+FAILED_STARTS_MAX = 3  # ...and after this many such starts in a row with one exit code, it is not restarted
 WATCH_S = 0.2
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 _PRCTL = libc_function("prctl")  # looked up here, not in the forked child
@@ -74,6 +76,8 @@ class WorkerPool:
         self.configs = worker_configs(self.config, workers, Path(self.config.recordings) / ".workers")
         self.procs: list[subprocess.Popen | None] = [None] * workers
         self.restarts = [0] * workers
+        self.started_at = [0.0] * workers
+        self.failed_starts: list[list[int]] = [[] for _ in range(workers)]  # exit codes of quick deaths in a row
         self._stopping = False
 
     def _start(self, i: int) -> None:
@@ -82,8 +86,27 @@ class WorkerPool:
         if self.stt_model:
             cmd += ["--stt-model", self.stt_model]
         self.procs[i] = subprocess.Popen(cmd, preexec_fn=_end_with_supervisor)
+        self.started_at[i] = time.monotonic()
         log.info("worker_started", worker=i, pid=self.procs[i].pid,
                  sip=f"{cfg.listen.host}:{cfg.listen.port}", restarts=self.restarts[i])
+
+    def _restart(self, i: int, proc: subprocess.Popen) -> bool:
+        """Restart a worker that died, unless it keeps failing the same way at start (a corrupt store,
+        a bad config): restarting it every second would only reload its models again and again."""
+        quick = time.monotonic() - self.started_at[i] < FAILED_START_S
+        self.failed_starts[i] = self.failed_starts[i] + [proc.returncode] if quick else []
+        same = self.failed_starts[i][-FAILED_STARTS_MAX:]
+        if len(same) >= FAILED_STARTS_MAX and len(set(same)) == 1:
+            log.error("worker_not_restarted", worker=i, returncode=proc.returncode, starts=len(same),
+                      note=f"it failed at start {len(same)} times in a row the same way; fix the cause and "
+                           "restart serve")
+            return False
+        log.error("worker_died", worker=i, pid=proc.pid, returncode=proc.returncode,
+                  note="its calls are lost; restarting")
+        time.sleep(RESTART_AFTER_S)
+        self.restarts[i] += 1
+        self._start(i)
+        return True
 
     def run(self) -> int:
         def stop(*_):
@@ -97,11 +120,11 @@ class WorkerPool:
             time.sleep(WATCH_S)
             for i, proc in enumerate(self.procs):
                 if proc is not None and proc.poll() is not None and not self._stopping:
-                    log.error("worker_died", worker=i, pid=proc.pid, returncode=proc.returncode,
-                              note="its calls are lost; restarting")
-                    time.sleep(RESTART_AFTER_S)
-                    self.restarts[i] += 1
-                    self._start(i)
+                    if not self._restart(i, proc):
+                        self.procs[i] = None
+            if all(p is None for p in self.procs):
+                log.error("workers_failed", note="every worker fails at start; see its error above")
+                return 2
         for proc in self.procs:
             if proc and proc.poll() is None:
                 proc.terminate()

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from callcenter.errors import CallcenterError
+
 HEARTBEAT_S = 1.0
 WORKER_STALE_S = 4.0  # a worker that has not beaten its heart this long is taken for dead
 DEFAULT_HANDLE_S = 180.0  # expected talk + wrap-up time of a call before the queue has any history
@@ -44,8 +46,8 @@ class AgentState(StrEnum):
     PAUSED = "paused"
 
 
-class QueueStoreError(Exception):
-    pass
+class QueueStoreError(CallcenterError):
+    """The queue store refused (a corrupt or unreadable file, an unknown agent): said in one line."""
 
 
 @dataclass(frozen=True)

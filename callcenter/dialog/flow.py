@@ -954,6 +954,33 @@ SUBFLOW_SEP = "/"  # a sub-flow's nodes are named "<calling node>/<its node>" in
 MAX_SUBFLOW_DEPTH = 8
 
 
+MAX_FLOW_FILE_BYTES = 1_000_000  # a sub-flow file
+MAX_AUDIO_FILE_BYTES = 20_000_000  # a recorded prompt (a minute of 16-bit 48 kHz stereo is 11.5 MB)
+
+
+def confined_file(base: Path, name: str, max_bytes: int, what: str = "file") -> Path:
+    """`name` (from a flow file) as a regular file inside the flow's folder `base`: no absolute path,
+    no `..`, no link out of the folder, no device or FIFO, at most `max_bytes`. ValueError says
+    why not (never what the file holds)."""
+    import os
+    import stat
+
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError("must be a path inside the flow's folder (no absolute path, no ..)")
+    real = (base / name).resolve()
+    if not real.is_relative_to(base.resolve()):
+        raise ValueError("leads out of the flow's folder (through a link)")
+    try:
+        info = os.stat(real)
+    except OSError:
+        raise ValueError(f"no such {what}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("is not a regular file")
+    if info.st_size > max_bytes:
+        raise ValueError(f"is larger than {max_bytes // 1_000_000} MB")
+    return real
+
+
 def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
     """Load, check, and inline every sub-flow: the engine only ever sees one flow of plain nodes."""
     flow, doc, shape = _validate(path)
@@ -962,6 +989,10 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
         if not isinstance(node, SubflowNode):
             continue
         child_path = path.parent / node.flow  # as the user would write it, in messages
+        try:
+            confined_file(path.parent, node.flow, MAX_FLOW_FILE_BYTES, "flow file")
+        except ValueError as exc:
+            raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: {node.flow}: {exc}"]) from None
         if child_path.resolve() in (path.resolve(), *calling) or len(calling) >= MAX_SUBFLOW_DEPTH:
             chain = " -> ".join(p.name for p in (*calling, path, child_path))
             raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: sub-flows call each other in a loop ({chain})"])
@@ -1068,7 +1099,11 @@ def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
         if audio is None:
             continue
 
-        path = (base / audio).resolve()
+        try:
+            path = confined_file(base, audio, MAX_AUDIO_FILE_BYTES)
+        except ValueError as exc:
+            problems.append((("nodes", name, "audio"), f"recorded prompt {audio!r} {exc}"))
+            continue
         try:
             pcm = read_wav(path)
         except AudioFileError as exc:

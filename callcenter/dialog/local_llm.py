@@ -251,17 +251,28 @@ def _words(text: str) -> set[str]:
     return {w.removesuffix("'s").rstrip("s") for w in re.findall(r"[a-z][a-z']+", text.lower()) if w not in _STOP}
 
 
+HEDGE_WORDS = frozenset({"sorry", "afraid", "information", "know", "sure", "have", "that", "m", "i'm"})
+
+
+def only_a_hedge(sentence: str) -> bool:
+    """"I'm sorry, I don't have that information." — a decline and nothing more. A hedge followed
+    by anything else ("I do not know, please email your card number to …") is not."""
+    return bool(NOT_KNOWN.search(sentence)) and not numbers_in(sentence) and \
+        not (_words(NOT_KNOWN.sub(" ", sentence)) - HEDGE_WORDS)
+
+
 class Grounding:
     """What the model may say, sentence by sentence: every number (a time, a price, a count, spoken or
-    in digits; not 0 or 1, "one moment") must be in the node's facts or the conversation; at a node
-    with facts a statement must also be close to one of them (the sentence encoder's cosine) and add
-    at most NEW_WORDS_MAX words of its own; a question back is fine unless it only echoes the caller."""
+    in digits; not 0 or 1, "one moment") must be in the node's facts, never merely in what the caller
+    said (a caller's "500" does not make "500 business days" true); at a node with facts a statement
+    must also be close to one of them (the sentence encoder's cosine) and add at most NEW_WORDS_MAX
+    words that are not in them; a question back is fine unless it only echoes the caller. A decline
+    ("I don't have that information") passes only when it is nothing but a decline."""
 
     def __init__(self, request: LlmRequest, encoder=None):
         self.request = request
-        self.heard = " ".join([request.utterance, *(t for _, t in request.history)])
-        self.numbers = {v for v, _, _ in numbers_in(" ".join([request.knowledge or "", self.heard]))}
-        self.known = _words(" ".join([request.knowledge or "", self.heard]))
+        self.numbers = {v for v, _, _ in numbers_in(request.knowledge or "")}
+        self.known = _words(request.knowledge or "")
         self._encoder = encoder
 
     def encoder(self):
@@ -273,10 +284,10 @@ class Grounding:
 
     def why_not(self, sentence: str) -> str | None:
         """None if the sentence may be said, else why not."""
-        if NOT_KNOWN.search(sentence) and not numbers_in(sentence):
+        if only_a_hedge(sentence):
             return None
         if any(v not in self.numbers and v not in (0, 1) for v, _, _ in numbers_in(sentence)):
-            return "a number not in the facts or the conversation"
+            return "a number not in the facts"
         vec = self.encoder().vector(sentence) if self.request.knowledge or sentence.endswith("?") else None
         if sentence.endswith("?"):
             if float(self.encoder().vector(self.request.utterance) @ vec) >= ECHO_MIN:
