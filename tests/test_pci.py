@@ -161,3 +161,18 @@ def test_the_bridge_says_when_a_card_is_given_or_read_back():
         assert seen[-1] is False and not bridge.private
 
     asyncio.run(main())
+
+
+def test_a_flows_own_names_never_collide_with_an_events_parameters(tmp_path):
+    """A slot named `at` (flows/appointments.yaml has one) once crashed the turn on a live call:
+    `emit(kind, at=...)` took it for the event's time. Now no name is a parameter of `emit`, and an
+    event's own fields (kind, t, turn …) are never displaced by data of the same name."""
+    import json
+
+    events = CallEvents("c3", tmp_path / "c3.jsonl")
+    events.emit("flow_decision", at="10:30", kind="slot value", turn="mine", node="book")
+    events.emit_at("first_rtp_out", 1.25, utterance=1)
+    events.close()
+    first, second = [json.loads(line) for line in (tmp_path / "c3.jsonl").read_text().splitlines()]
+    assert first["kind"] == "flow_decision" and first["at"] == "10:30" and first["turn"] == 0
+    assert second["t"] == 1.25

@@ -44,6 +44,7 @@ TRANSFER_SUMMARY = "transfer_summary"
 HANGUP = "hangup"
 CALL_END = "call_end"
 SUPERVISOR = "supervisor"
+EVENT_FIELDS = frozenset({"kind", "call_id", "t", "wall", "turn"})  # every event's own; data never displaces them
 PRIVACY = "privacy"  # private: a card number is being given or read back (the supervisor hears neither side)
 MARKED = "marked"
 ERROR = "error"
@@ -66,8 +67,8 @@ class Event:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"kind": self.kind, "call_id": self.call_id, "t": round(self.t, 4), "wall": round(self.wall, 4),
-             "turn": self.turn, **self.data},
+            {**self.data, "kind": self.kind, "call_id": self.call_id, "t": round(self.t, 4),
+             "wall": round(self.wall, 4), "turn": self.turn},
             ensure_ascii=False,
         )
 
@@ -119,7 +120,13 @@ class CallEvents:
         self.turn += 1
         return self.turn
 
-    def emit(self, kind: str, at: float | None = None, **data: Any) -> Event:
+    def emit(self, kind: str, /, **data: Any) -> Event:
+        """Record an event now. `data`'s names are free (a flow's slot may be called `at` or `kind`):
+        none of them is a parameter of this method."""
+        return self.emit_at(kind, None, **data)
+
+    def emit_at(self, kind: str, at: float | None, /, **data: Any) -> Event:
+        """Record an event that happened at `at` (seconds since the call started; None: now)."""
         data = (self.scrub or scrub_cards)(data)  # a card number never reaches the file or the console
         ev = Event(kind, self.call_id, self.now() if at is None else at, time.time(), self.turn, data)
         self.history.append(ev)

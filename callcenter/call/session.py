@@ -206,7 +206,12 @@ class CallSession:
         def done(t: asyncio.Task) -> None:
             self._side_tasks.discard(t)
             if not t.cancelled() and t.exception() is not None:
-                self.log.error("task_failed", task=t.get_name(), error=repr(t.exception()))
+                exc = t.exception()
+                # a traceback in the log, an error event, and the caller hears the flow's trouble
+                # path rather than silence
+                self.log.error("task_failed", task=t.get_name(), error=repr(exc), exc_info=exc)
+                self.events.emit(ev.ERROR, stage="task", task=t.get_name(), error=repr(exc))
+                self.trouble("task")
 
         task.add_done_callback(done)
         return task
@@ -527,10 +532,13 @@ class CallSession:
                 return
             self._guard_privacy()
             d = self.dialog.last_decision
-            extra = {"value": d.value} if d.value is not None else {}
-            extra.update(d.detail)
-            self.events.emit(ev.FLOW_DECISION, node=d.node, intent=d.intent, score=round(d.score, 3), via=d.via,
-                             next_node=self.dialog.node_name, **extra)
+            fields = {"node": d.node, "intent": d.intent, "score": round(d.score, 3), "via": d.via,
+                      "next_node": self.dialog.node_name}
+            if d.value is not None:
+                fields["value"] = d.value
+            for name, value in d.detail.items():  # the flow's own names (slots) never displace ours
+                fields[name if name not in fields and name not in ev.EVENT_FIELDS else f"slot_{name}"] = value
+            self.events.emit(ev.FLOW_DECISION, **fields)
             self._act(actions)
             if not actions and self.dialog.collecting_keys:
                 self._start_no_input(KEY_TIMEOUT_S)  # between keys of a digit string
@@ -774,10 +782,10 @@ class CallSession:
         return self._backup_tts
 
     def _first_frame_out(self, utt: int, at: float) -> None:
-        self.events.emit(ev.FIRST_RTP_OUT, at=self.events.since_start(at), utterance=utt)
+        self.events.emit_at(ev.FIRST_RTP_OUT, self.events.since_start(at), utterance=utt)
 
     def _first_sound_out(self, utt: int, at: float) -> None:
-        self.events.emit(ev.FIRST_SOUND_OUT, at=self.events.since_start(at), utterance=utt)
+        self.events.emit_at(ev.FIRST_SOUND_OUT, self.events.since_start(at), utterance=utt)
 
     def _utterance_played(self, utt: int, at: float) -> None:
         self._agent_done_at = at
