@@ -489,6 +489,55 @@ def cmd_kamailio_config(args) -> int:
     return 0
 
 
+def cmd_store(args) -> int:
+    """store check: 0 current, 1 migrations pending, 2 unreachable; store migrate: apply them."""
+    from callcenter.store.db import StoreError, open_database
+    from callcenter.store.schema import LATEST, current_version, migrate, pending
+    from callcenter.telephony.config import load_server_config
+
+    url = load_server_config(args.config).store_url()
+    try:
+        db = open_database(url)
+        if args.store_cmd == "migrate":
+            done = migrate(db)
+            print(f"{url.display}: at version {LATEST}" + (f" (applied {', '.join(str(m.version) for m in done)})"
+                                                           if done else " (nothing to do)"))
+            return 0
+        todo = pending(db)
+        print(f"{url.display}: version {current_version(db)}, latest {LATEST}"
+              + (f"; pending: {', '.join(f'{m.version} {m.name}' for m in todo)} (callcenter store migrate)"
+                 if todo else "; current"))
+        return 1 if todo else 0
+    except StoreError as exc:
+        print(f"callcenter: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_calls_list(args) -> int:
+    """The calls of a period, from the store (every worker, every host): a line each, or JSON."""
+    import datetime as dt
+    import json
+
+    from callcenter.store.calls import CallRecords
+    from callcenter.store.db import open_database
+    from callcenter.store.period import period
+    from callcenter.telephony.config import load_server_config
+
+    since, until = period(args.since, args.until)
+    db = open_database(load_server_config(args.config).store_url())
+    calls = CallRecords(db, "", "").between(since, until)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"since": since, "until": until, "calls": calls}, indent=1) + "\n")
+    for c in calls:
+        when = dt.datetime.fromtimestamp(c["started"]).strftime("%Y-%m-%d %H:%M:%S")
+        length = f"{c['ended'] - c['started']:.0f}s" if c["ended"] else "live"
+        caller = c["caller_number"] or c["caller"] or "-"
+        print(f"{when}  {length:>6}  {c['outcome'] or 'in progress':<18}  {caller:<16}  {c['flow']:<14}  "
+              f"{c['host']}/{c['worker']}  {c['call_id']}")
+    print(f"{len(calls)} calls", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args) -> int:
     from callcenter.lab.demo import run_demo
 
@@ -660,6 +709,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"requests one address (not a worker) may send per {PIKE_UNIT_S} s before Kamailio "
                         f"blocks it for a while (pike; default {PIKE_DENSITY})")
     s.set_defaults(fn=cmd_kamailio_config)
+
+    s = sub.add_parser("store", help="the system of record: check its schema, apply migrations")
+    st = s.add_subparsers(dest="store_cmd", required=True)
+    for name, helptext in (("check", "exit 0: current, 1: migrations pending, 2: unreachable"),
+                           ("migrate", "apply the pending migrations (every worker also does at start)")):
+        v = st.add_parser(name, help=helptext)
+        v.add_argument("--config", required=True, help="the server config whose `store:` to use")
+        v.set_defaults(fn=cmd_store)
+
+    s = sub.add_parser("calls", help="past and live calls, from the store")
+    cs = s.add_subparsers(dest="calls_cmd", required=True)
+    v = cs.add_parser("list", help="the calls of a period with their outcomes, across every worker and host")
+    v.add_argument("--config", required=True, help="the server config whose `store:` to read")
+    v.add_argument("--since", default="today", help="today, yesterday, 7d, 24h, or an ISO date or time (default today)")
+    v.add_argument("--until", default=None, help="the same grammar; default now")
+    v.add_argument("--json", default=None, metavar="PATH", help="also write the calls as JSON")
+    v.set_defaults(fn=cmd_calls_list)
 
     s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")
     s.add_argument("--config", default="sip_configs/local.yaml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import contextlib
 import contextvars
 import json
@@ -19,7 +20,13 @@ from callcenter.call.bridge import MediaBridge
 from callcenter.call.call_metrics import CallMetrics
 from callcenter.call import events as ev
 from callcenter.call.events import CallEvents
-from callcenter.call.queues import HEARTBEAT_S, QueueStore
+from callcenter.call.call_row import CallRow, Outbox
+from callcenter.call.outcome import call_end
+from callcenter.store.adopt import adopt_legacy_store
+from callcenter.store.calls import CallRecords
+from callcenter.store.db import open_database
+from callcenter.store.queues import HEARTBEAT_S, QueueStore
+from callcenter.store.schema import migrate
 from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
@@ -63,6 +70,8 @@ class LiveCall:
         self.agent = agent
         self.call_id = call_id
         self.remote_uri = remote_uri
+        self.caller_id = dict(variables)  # caller, caller_number: the row's caller ID
+        self.row: CallRow | None = None  # the call's row in the store, from the moment media flows
         self.log = log.bind(call_id=self.call_id)  # for callbacks from the transport's thread
         # everything the call's task runs (the session, webhooks, models, and tasks they start) logs
         # with call_id without being handed a logger
@@ -101,6 +110,11 @@ class LiveCall:
             self.events.open(jsonl)
         except OSError as exc:  # a full disk or a name already taken: the call goes on, unrecorded
             self.log.error("recording_failed", error=str(exc))
+        flow = self.session.flow
+        self.row = CallRow(self.agent.calls, self.agent.outbox, self.call_id)
+        self.row.started(transport=self.transport, caller=self.caller_id.get("caller", ""),
+                         caller_number=self.caller_id.get("caller_number", ""), flow=flow.name,
+                         flow_version=flow.version, recording=str(wav), events=str(jsonl))
         self.task = asyncio.create_task(self._run(), context=self.context)
 
     def on_disconnected(self, code: int, reason: str) -> None:
@@ -273,6 +287,13 @@ class LiveCall:
             self.supervisor.close()
         self.bridge.close()
         self.events.close()
+        if self.row is not None:
+            result, dialog = self.session.result, self.session.dialog
+            slots = dialog.redactor.scrub({k: v for k, v in result.variables.items() if k in self.session.slot_names})
+            slots.update({k: str(v) for k, v in dialog.masked.items() if k in slots})
+            history = [json.loads(e.to_json()) for e in self.events.history]
+            self.row.ended(call_end(history, result.ended_by, result.path, slots, result.transferred_to))
+            self.row = None
         self.agent.live.pop(self.call_id, None)
         self.agent.memory.call_ended()
 
@@ -496,7 +517,7 @@ class AgentCodeCall:
     and named them in X-Callcenter-Agent. The worker changes their state, says so, and hangs up."""
 
     def __init__(self, agent: "CallServer", call: SipCall, info: CallInfo):
-        from callcenter.call.queues import QueueStoreError
+        from callcenter.store.queues import QueueStoreError
 
         self.agent, self.call = agent, call
         self.log = log.bind(agent=info.agent, code=info.dialled)
@@ -575,10 +596,19 @@ class CallServer:
         self.webrtc = None  # the browser callers' gateway, when configured
         self._services: FlowServices | None = None
         self.queues: QueueStore | None = None  # the contact center's shared queues and agents
+        worker = f"{config.listen.host}:{config.listen.port}"
+        # the system of record: one row per call, and the contact center's queues and agents
+        self.store = open_database(config.store_url())
+        migrate(self.store)
+        if config.store is None and (config.contact_center is None or config.contact_center.store is None):
+            adopt_legacy_store(self.store, config.recordings)
+        self.calls = CallRecords(self.store, worker, socket.gethostname())
+        self.outbox = Outbox()
+        with self.store.transaction():
+            self.calls.lost([worker])  # calls an earlier process on this address never finished
         cc = config.contact_center
         if cc is not None:
-            worker = f"{config.listen.host}:{config.listen.port}"
-            self.queues = QueueStore(cc.store or config.recordings / "queues.db", worker)
+            self.queues = QueueStore(self.store, worker, host=socket.gethostname(), version=_version())
             lost = self.queues.take_over()
             if lost:
                 log.warning("queue_callers_lost", calls=lost, reason="left by an earlier process on this address")
@@ -704,9 +734,10 @@ class CallServer:
 
     async def keep_queues(self) -> None:
         """This worker's heartbeat in the shared queue store; it also clears what dead workers left."""
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                lost = self.queues.heartbeat(self.free_slots())
+            try:  # off the loop: a store across the network must never hold up the calls' media
+                lost = await loop.run_in_executor(None, self.queues.heartbeat, self.free_slots())
                 if lost:
                     log.warning("queue_callers_lost", calls=lost, reason="their worker stopped beating")
             except Exception as exc:  # a locked or full disk: the calls go on, the console says so in the log
@@ -733,6 +764,7 @@ class CallServer:
             self.flows.on_reload = lambda flow: background.append(asyncio.create_task(self.warm_prompts(flow)))
         if self.config.memory_trim_s:
             background.append(asyncio.create_task(self.memory.run()))
+        background.append(asyncio.create_task(self.outbox.keep_retrying()))
         if self.queues is not None:
             background.append(asyncio.create_task(self.keep_queues()))
         if self.config.retention_days:
@@ -769,8 +801,20 @@ class CallServer:
             if tasks:
                 await asyncio.wait(tasks, timeout=3)
             await loop.run_in_executor(None, self.endpoint.stop)
+            await loop.run_in_executor(None, self.outbox.retry)  # the ended calls' rows
+            if len(self.outbox):
+                log.error("store_writes_lost", writes=len(self.outbox), note="the store did not answer before the stop")
             if self.queues is not None:
                 self.queues.forget_worker()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("callcenter")
+    except PackageNotFoundError:
+        return ""
 
 
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:

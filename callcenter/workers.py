@@ -46,6 +46,9 @@ def worker_configs(config: ServerConfig, workers: int, run_dir: Path) -> list[tu
         data["listen"]["port"] = config.listen.port + i
         data["rtp_port"] = config.rtp_port + RTP_PORTS_PER_WORKER * i
         data["recordings"] = str(Path(config.recordings).resolve())
+        data["store"] = config.store_url().text  # one store for all, wherever each worker's config lies
+        if data.get("contact_center"):
+            data["contact_center"]["store"] = None
         data["decode_threads"] = config.decode_threads or default_threads(workers)  # the cores, shared
         if config.control is not None:
             data["control"]["port"] = config.control.port + i if config.control.port else 0

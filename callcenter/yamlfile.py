@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 from callcenter.errors import CallcenterError
 
 M = TypeVar("M", bound=BaseModel)
+MAX_YAML_NODES = 100_000  # a document that expands (aliases within aliases) to more is refused
+MAX_YAML_BYTES = 2_000_000  # a user YAML file larger than this is refused unread
 
 
 class YamlLoader(yaml.SafeLoader):
@@ -35,6 +37,21 @@ class UserFileError(CallcenterError, ValueError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+def _expanded_size(node: yaml.Node | None, limit: int) -> int:
+    """How many nodes the document has with every alias expanded, counting up to just past `limit`
+    (a "billion laughs" file is a few lines that expand to billions)."""
+    count, stack = 0, [node] if node is not None else []
+    while stack and count <= limit:
+        n = stack.pop()
+        count += 1
+        if isinstance(n, yaml.MappingNode):
+            for key, value in n.value:
+                stack += [key, value]
+        elif isinstance(n, yaml.SequenceNode):
+            stack += n.value
+    return count
 
 
 def _positions(node: yaml.Node, path: tuple = ()) -> dict[tuple, tuple[int, int]]:
@@ -80,6 +97,9 @@ class LocatedYaml:
         self.path = path
         try:
             node = yaml.compose(text, Loader=YamlLoader)
+            if _expanded_size(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+                raise UserFileError([f"{path}: the document expands to more than {MAX_YAML_NODES} values "
+                                     "(anchors and aliases within each other?)"])
             self.data = yaml.load(text, Loader=YamlLoader)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
@@ -147,13 +167,23 @@ def validation_problems(doc: LocatedYaml, exc: ValidationError, prefix: tuple = 
 
 def load_yaml(path: str | Path) -> LocatedYaml:
     """Read and parse a user YAML file (a mapping at the top), with positions."""
+    import os
+    import stat
+
     path = Path(path)
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would hang the loader (and the reload watcher)
+            raise UserFileError([f"{path}: not a regular file"])
+        if info.st_size > MAX_YAML_BYTES:
+            raise UserFileError([f"{path}: larger than {MAX_YAML_BYTES // 1_000_000} MB"])
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserFileError([f"{path}: no such file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserFileError([f"{path}: cannot read: {exc}"]) from None
+    except UnicodeDecodeError:  # the error would quote the file's bytes
+        raise UserFileError([f"{path}: cannot read: not UTF-8 text"]) from None
+    except OSError as exc:
+        raise UserFileError([f"{path}: cannot read: {exc.strerror or type(exc).__name__}"]) from None
     doc = LocatedYaml(path, text)
     if not isinstance(doc.data, dict):
         raise UserFileError([f"{path}:1:1: expected a mapping at the top level"])

@@ -171,3 +171,23 @@ def agent(tmp_path):
                         token=CONTROL_TOKEN, extra_config="memory_trim_s: 2\n").start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the test session (tests/pg.py)."""
+    from tests.pg import Postgres, pg_bin
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (scripts/setup installs it)")
+    server = Postgres(free_tcp_port()).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh, empty store on each back end: an SQLite file, or a database on the session's server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("postgres_server").new_database()

@@ -15,7 +15,7 @@ PACKAGE = ROOT / "callcenter"
 # lowest first; a unit is a subpackage (`callcenter/voice/`) or a top-level module (`callcenter/cli.py`)
 FLOORS = [
     {"__init__", "errors"},
-    {"logs", "audio", "text", "yamlfile", "memory", "metrics"},
+    {"logs", "audio", "text", "yamlfile", "memory", "metrics", "store"},
     {"hearing", "voice"},
     {"telephony", "dialog"},
     {"call"},

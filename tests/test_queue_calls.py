@@ -218,7 +218,7 @@ def test_keypad_codes_then_unreachable_agents_and_the_max_wait_way(tmp_path, cal
                                f"    - {{name: alice, logged_in: false}}\n    - {{name: bob}}\n    - {{name: carol}}\n")
     try:
         fleet.start()
-        from callcenter.call.queues import AgentState, QueueStore
+        from callcenter.store.queues import AgentState, QueueStore
 
         store = QueueStore(fleet.recordings / "queues.db", "test")
         mic = caller_audio([], tmp_path / "silence.wav", lead_s=8, gap_s=0, tail_s=0)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from callcenter.audio.g711 import ulaw_roundtrip
-from callcenter.call.queues import WORKER_STALE_S, AgentState, QueueStore, QueueStoreError
+from callcenter.store.queues import WORKER_STALE_S, AgentState, QueueStore, QueueStoreError
 from callcenter.dialog.engine import Dialog, Enqueue, Hangup
 from callcenter.dialog.flow import QueueSettings, load_flow
 from callcenter.yamlfile import UserFileError
@@ -30,16 +30,16 @@ class Clock:
         return self.t
 
 
-def store(tmp_path, worker="w1", clock=None, agents=(("alice", ()), ("bob", ()), ("carol", ("billing",)))):
-    s = QueueStore(tmp_path / "q.db", worker, clock=clock or Clock())
+def store(url, worker="w1", clock=None, agents=(("alice", ()), ("bob", ()), ("carol", ("billing",)))):
+    s = QueueStore(url, worker, clock=clock or Clock())
     s.define_agents([(name, f"sip:{name}@127.0.0.1", skills, True) for name, skills in agents])
     s.heartbeat()
     return s
 
 
-def test_longest_idle_rings_the_agent_free_longest_and_only_the_first_caller(tmp_path):
+def test_longest_idle_rings_the_agent_free_longest_and_only_the_first_caller(store_url):
     clock = Clock()
-    s = store(tmp_path, clock=clock)
+    s = store(store_url, clock=clock)
     s.define_queue("sales", ["alice", "bob"], [], "longest_idle", 20)
     clock.t += 1
     s.set_agent_state("alice", "pause", "lunch")
@@ -57,9 +57,9 @@ def test_longest_idle_rings_the_agent_free_longest_and_only_the_first_caller(tmp
     assert s.claim("c1") is None  # nobody left, and c1 is ringing anyway
 
 
-def test_ring_out_keeps_the_callers_place_and_tries_the_next_agent(tmp_path):
+def test_ring_out_keeps_the_callers_place_and_tries_the_next_agent(store_url):
     clock = Clock()
-    s = store(tmp_path, clock=clock)
+    s = store(store_url, clock=clock)
     s.define_queue("sales", ["alice", "bob"], [], "round_robin", 20)
     s.join("c1", "sales")
     clock.t += 5
@@ -74,8 +74,8 @@ def test_ring_out_keeps_the_callers_place_and_tries_the_next_agent(tmp_path):
     assert s.position("c2") == (1, 1) and s.position("c1") == (0, 0)
 
 
-def test_ring_all_rings_every_free_agent_and_frees_the_others(tmp_path):
-    s = store(tmp_path)
+def test_ring_all_rings_every_free_agent_and_frees_the_others(store_url):
+    s = store(store_url)
     s.define_queue("billing", ["alice"], ["billing"], "ring_all", 20)
     s.join("c1", "billing")
     ring = s.claim("c1")
@@ -84,8 +84,8 @@ def test_ring_all_rings_every_free_agent_and_frees_the_others(tmp_path):
     assert s.agent("carol").state == AgentState.ON_CALL and s.agent("alice").state == AgentState.AVAILABLE
 
 
-def test_an_unreachable_phone_pauses_its_agent_with_the_reason(tmp_path):
-    s = store(tmp_path)
+def test_an_unreachable_phone_pauses_its_agent_with_the_reason(store_url):
+    s = store(store_url)
     s.define_queue("sales", ["alice"], [], "longest_idle", 20)
     s.join("c1", "sales")
     s.claim("c1")
@@ -95,9 +95,9 @@ def test_an_unreachable_phone_pauses_its_agent_with_the_reason(tmp_path):
     assert s.claim("c1") is None
 
 
-def test_wrap_up_then_available_and_agent_actions(tmp_path):
+def test_wrap_up_then_available_and_agent_actions(store_url):
     clock = Clock()
-    s = store(tmp_path, clock=clock)
+    s = store(store_url, clock=clock)
     s.define_queue("sales", ["alice"], [], "longest_idle", 20)
     s.join("c1", "sales")
     s.claim("c1")
@@ -121,9 +121,9 @@ def test_wrap_up_then_available_and_agent_actions(tmp_path):
     assert s.expected_wait_s("c2") == pytest.approx(70)
 
 
-def test_the_console_figures(tmp_path):
+def test_the_console_figures(store_url):
     clock = Clock()
-    s = store(tmp_path, clock=clock)
+    s = store(store_url, clock=clock)
     s.define_queue("sales", ["alice", "bob"], [], "longest_idle", 20)
     for cid in ("c1", "c2", "c3", "c4"):
         s.join(cid, "sales")
@@ -144,7 +144,7 @@ def test_the_console_figures(tmp_path):
 
 WORKER = textwrap.dedent("""
     import sys, time
-    from callcenter.call.queues import QueueStore
+    from callcenter.store.queues import QueueStore
     s = QueueStore(sys.argv[1], sys.argv[2])
     s.heartbeat()
     for cid in sys.argv[3:]:
@@ -157,10 +157,11 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_worker_leaves_the_others_callers_in_their_places(tmp_path):
+def test_a_killed_worker_leaves_the_others_callers_in_their_places(store_url):
     """Two worker processes queue callers alternately; one is killed with kill -9: its callers leave
-    the queue within WORKER_STALE_S, and the other worker's callers keep their order, moving up."""
-    db = tmp_path / "q.db"
+    the queue within WORKER_STALE_S, and the other worker's callers keep their order, moving up; on
+    SQLite and on PostgreSQL alike."""
+    db = store_url
     QueueStore(db, "setup").define_queue("sales", ["alice"], [], "longest_idle", 20)
     procs = []
     try:
@@ -281,11 +282,11 @@ def test_a_queue_needs_someone_to_answer_it():
         QueueSettings()
 
 
-def test_a_phone_that_turns_calls_down_at_once_is_not_rung_again_for_a_while(tmp_path):
-    from callcenter.call.queues import RETRY_S
+def test_a_phone_that_turns_calls_down_at_once_is_not_rung_again_for_a_while(store_url):
+    from callcenter.store.queues import RETRY_S
 
     clock = Clock()
-    s = store(tmp_path, clock=clock, agents=(("alice", ()),))
+    s = store(store_url, clock=clock, agents=(("alice", ()),))
     s.define_queue("sales", ["alice"], [], "longest_idle", 20)
     s.join("c1", "sales")
     s.claim("c1")

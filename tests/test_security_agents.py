@@ -117,7 +117,7 @@ def _with_to(msg: bytes, to_uri: str | None) -> bytes:
 def center(tmp_path_factory):
     """A worker with a contact center (alice and bob, available) behind a Kamailio that
     authenticates callers (carol) and agents (alice, bob), and trusts the balancer only."""
-    from callcenter.call.queues import QueueStore
+    from callcenter.store.queues import QueueStore
     from callcenter.lab.agent_process import AgentProcess
 
     d = tmp_path_factory.mktemp("agents")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from callcenter.call.queues import AgentState, QueueStore
+from callcenter.store.queues import AgentState, QueueStore
 from callcenter.call.retention import purge_recordings
 from callcenter.dialog.engine import LlmRequest
 from callcenter.dialog.local_llm import Grounding
@@ -132,3 +132,30 @@ def test_flow_files_are_confined_to_the_flows_folder(tmp_path, audio, flow, said
     with pytest.raises(CallcenterError) as err:
         load_flow(d / "flow.yaml")
     assert said in str(err.value) and "root:" not in str(err.value)
+
+
+def test_a_yaml_alias_bomb_a_subflow_diamond_and_a_fifo_fail_at_once(tmp_path):
+    """Loading has a node budget and a time budget: a "billion laughs" file, sub-flows that each
+    call the next twice (2^12 inlined copies) and a FIFO in the flow's place are errors within a
+    second, not a loader (or reload watcher) that never returns."""
+    from callcenter.dialog.flow import load_flow
+    from callcenter.errors import CallcenterError
+
+    bomb = tmp_path / "bomb.yaml"
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb.write_text("name: bomb\n" + "\n".join(levels) + "\nstart: s\nnodes: {s: {type: hangup, text: Bye.}}\n")
+    for i in range(6):  # each calls the next five times: 5^6 copies of the last
+        calls = "".join(f"  c{j}: {{type: subflow, flow: d{i + 1}.yaml, next: {f'c{j + 1}' if j < 4 else 'back'}}}\n"
+                        for j in range(5)) if i < 5 else "  c0: {type: say, text: Hi., next: back}\n"
+        (tmp_path / f"d{i}.yaml").write_text(f"name: d{i}\nstart: c0\nnodes:\n{calls}  back: {{type: return}}\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("name: top\nstart: s\nnodes:\n  s: {type: subflow, flow: d0.yaml, next: bye}\n"
+                   "  bye: {type: hangup, text: Bye.}\n")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    for path, said in ((bomb, "expands to more than"), (top, "more than 2000 nodes"), (fifo, "not a regular file")):
+        started = time.monotonic()
+        with pytest.raises(CallcenterError) as err:
+            load_flow(path)
+        assert said in str(err.value) and time.monotonic() - started < 5, (path.name, str(err.value)[:300])

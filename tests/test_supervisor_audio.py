@@ -62,6 +62,16 @@ def heard_words(stt, phone: Softphone) -> set[str]:
     return out
 
 
+def heard_text(stt, phone: Softphone) -> str:
+    """What `phone` heard, transcribed, digits kept (lower case)."""
+    out = []
+    for wav in phone.received_wavs():
+        pcm = read_wav(wav)
+        for start in range(0, len(pcm), 16000 * 25):
+            out.append(stt.transcribe_pcm(pcm[start:start + 16000 * 25]).text.lower())
+    return " ".join(out)
+
+
 def supervisor_phone(tmp_path, caller_voice) -> Softphone:
     words = [caller_voice("sup_zebra", "Zebra crossing."),
              caller_voice("sup_pineapple", "Please mention the pineapple offer."),
@@ -179,5 +189,43 @@ def test_listen_whisper_barge_on_a_call_bridged_to_a_human_agent(tmp_path, calle
         assert {"desk", "listening"} & sup_heard and {"still", "question"} & sup_heard, sup_heard  # both sides
     finally:
         dave.close()
+        sup.close()
+        agent.stop()
+
+
+def test_a_listening_supervisor_hears_no_card_number(tmp_path, caller_voice, stt):
+    """A supervisor listens from the start of a card payment (tests/flows/payment.yaml): while the
+    caller says the number and while the agent reads it back in full (`reveal`), their phone hears
+    neither side; the console is told (`privacy` events). Before and after, they hear the call."""
+    from tests.conftest import ROOT
+
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), ROOT / "tests" / "flows" / "payment.yaml",
+                         control_port=free_tcp_port(), token=TOKEN).start()
+    # 4026 8234 5672 1379 (groups unlike each other: the recognizer folds a repeated phrase into one):
+    # the prompts that may be heard say "ending in 1 3 7 9"; only the caller's number and the private
+    # read-back say "two"
+    card = caller_voice("card_4026_1379", "four oh two six, eight two three four, five six seven two, one three seven nine.")
+    sup = Softphone(tmp_path / "sup", caller_audio([], tmp_path / "sup-mic.wav", lead_s=40, gap_s=0, tail_s=0),
+                    user="sup", port=free_udp_port()).start()
+    try:
+        mic = caller_audio([card], tmp_path / "mic.wav", lead_s=6, gap_s=0, tail_s=25)
+        with Softphone(tmp_path / "caller", mic) as caller:
+            caller.dial(agent.uri)
+            assert caller.wait_established(10), caller.log()
+            post(agent, live_call(agent), "listen", {"phone": sup.uri})
+            assert caller.wait_ended(45), caller.log()
+        time.sleep(1)
+        sup.close()
+        events = read_events(agent.calls()[0])
+        privacy = [e["private"] for e in events if e["kind"] == "privacy"]
+        assert privacy[:1] == [True] and privacy[-1] is False and privacy.count(True) >= 2, privacy
+        assert any(e["kind"] == "agent_say" and "the number is" in e["text"] for e in events)
+        assert any(e["kind"] == "flow_decision" and e.get("value") == "************1379" for e in events)
+        caller_heard, sup_heard = heard_text(stt, caller), heard_text(stt, sup)
+        two = re.compile(r"2|\btwo\b")
+        assert two.search(caller_heard), caller_heard  # the read-back, to the caller only
+        assert not two.search(sup_heard), sup_heard  # neither the caller's number nor the read-back
+        assert re.search(r"goodbye|noted|thank|ending", sup_heard), sup_heard  # but the rest of the call
+    finally:
         sup.close()
         agent.stop()

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable, Protocol
 import structlog
 
 from callcenter.call import events as ev
-from callcenter.call.queues import Agent, QueueStore, QueueStoreError
+from callcenter.store.queues import Agent, QueueStore, QueueStoreError
 
 POLL_S = 0.2  # how often a waiting caller looks for a free agent (agent free -> phone ringing)
 log = structlog.get_logger()

@@ -283,6 +283,11 @@ class CallSession:
         self.events.emit(ev.MEDIA, **self.bridge.media_stats())
         self.events.emit(ev.CALL_END, ended_by=self.result.ended_by)
 
+    @property
+    def slot_names(self) -> set[str]:
+        """The flow's slots: what the call's row keeps of its variables."""
+        return {n for node in self.flow.nodes.values() for n in (getattr(node, "slots", None) or {})}
+
     # ------------------------------------------------------------ barge-in
     @property
     def utterances_spoken(self) -> int:

@@ -116,6 +116,17 @@ class Slot(_Strict):
     min: float | None = Field(None, description="number: smallest accepted")
     max: float | None = Field(None, description="number: largest accepted")
     sensitive: bool | None = Field(None, description=SENSITIVE_DESCRIPTION + " Default: on for checksum: luhn.")
+    when: Literal["future", "past", "any"] = Field(
+        "future", description="date: future (an appointment: today or later; a date said without a year is "
+                              "the next such day), past (a date of birth: today or earlier; without a year, "
+                              "the last such day) or any")
+    years: int | None = Field(None, ge=1, le=200,
+                              description="date: how many years from today the date may lie (default 5 for "
+                                          "future, 120 for past and any); a date out of range is not taken")
+    order: Literal["mdy", "dmy", "ymd"] | None = Field(
+        None, description="date: how the caller writes a numeric date such as 04/03/1985 (month first, day first "
+                          "or year first). Default: from the flow's hours.timezone (month first in the United "
+                          "States, day first elsewhere; month first without hours)")
 
     @property
     def is_sensitive(self) -> bool:
@@ -123,7 +134,7 @@ class Slot(_Strict):
 
     def spec(self) -> dict:
         return {"min_length": self.min_length, "max_length": self.max_length, "checksum": self.checksum,
-                "min": self.min, "max": self.max}
+                "min": self.min, "max": self.max, "when": self.when, "years": self.years, "order": self.order}
 
 
 class _Asks(_Speaks):
@@ -616,6 +627,18 @@ class Flow(_Strict):
     def _default_provider(cls, v: dict) -> dict:
         return {"default": LlmProviderConfig(), **v}
 
+    @model_validator(mode="after")
+    def _date_order(self) -> "Flow":
+        """Date slots without an `order` read numeric dates as callers in the flow's time zone write them."""
+        from callcenter.dialog.slots import date_order_for
+
+        order = date_order_for(self.hours.timezone if self.hours else None)
+        for node in self.nodes.values():
+            for slot in (getattr(node, "slots", None) or {}).values():
+                if slot.type == "date" and slot.order is None:
+                    slot.order = order
+        return self
+
 
 # ------------------------------------------------------------------ checking
 def targets(node) -> list[tuple[tuple, str]]:
@@ -947,14 +970,37 @@ def _silent_cycles(flow: Flow) -> list[tuple[tuple, str]]:
 def load_flow(path: str | Path) -> Flow:
     """Load and check a flow file and the sub-flows it calls; raise UserFileError listing every
     problem as file:line:col (in the file where it is)."""
-    return _load(Path(path), ())
+    path = Path(path)
+    return _load(path, (), _Budget(path))
 
 
 SUBFLOW_SEP = "/"  # a sub-flow's nodes are named "<calling node>/<its node>" in the call's path
 MAX_SUBFLOW_DEPTH = 8
 
 
+MAX_FLOW_NODES = 2000  # nodes of a flow with all its sub-flows inlined (a diamond of sub-flows doubles them)
+MAX_LOAD_S = 10.0  # loading a flow and its sub-flows may take this long at most
 MAX_FLOW_FILE_BYTES = 1_000_000  # a sub-flow file
+
+
+class _Budget:
+    """What loading one flow may spend: nodes inlined and seconds, so that a diamond of sub-flows
+    (each calling the next twice) fails at once with a clear error instead of loading for ever."""
+
+    def __init__(self, path: Path):
+        import time
+
+        self.path, self.nodes, self._clock = path, 0, time.monotonic
+        self.deadline = self._clock() + MAX_LOAD_S
+
+    def spend(self, nodes: int, where: str) -> None:
+        self.nodes += nodes
+        if self.nodes > MAX_FLOW_NODES:
+            raise UserFileError([f"{where}: with its sub-flows the flow has more than {MAX_FLOW_NODES} nodes "
+                                 "(sub-flows that call each other more than once?)"])
+        if self._clock() > self.deadline:
+            raise UserFileError([f"{where}: loading took more than {MAX_LOAD_S:.0f} s (sub-flows that call "
+                                 "each other more than once?)"])
 MAX_AUDIO_FILE_BYTES = 20_000_000  # a recorded prompt (a minute of 16-bit 48 kHz stereo is 11.5 MB)
 
 
@@ -981,9 +1027,10 @@ def confined_file(base: Path, name: str, max_bytes: int, what: str = "file") -> 
     return real
 
 
-def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
+def _load(path: Path, calling: tuple[Path, ...], budget: _Budget) -> Flow:
     """Load, check, and inline every sub-flow: the engine only ever sees one flow of plain nodes."""
     flow, doc, shape = _validate(path)
+    budget.spend(len(flow.nodes), str(path))
     children: dict[str, Flow] = {}
     for name, node in flow.nodes.items():
         if not isinstance(node, SubflowNode):
@@ -995,10 +1042,12 @@ def _load(path: Path, calling: tuple[Path, ...]) -> Flow:
             raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: {node.flow}: {exc}"]) from None
         if child_path.resolve() in (path.resolve(), *calling) or len(calling) >= MAX_SUBFLOW_DEPTH:
             chain = " -> ".join(p.name for p in (*calling, path, child_path))
-            raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: sub-flows call each other in a loop ({chain})"])
+            why = "call each other in a loop" if child_path.resolve() in (path.resolve(), *calling) else \
+                f"nest deeper than {MAX_SUBFLOW_DEPTH}"
+            raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: sub-flows {why} ({chain})"])
         if not child_path.is_file():
             raise UserFileError([f"{doc.where(('nodes', name, 'flow'))}: {node.flow}: no such flow file"])
-        children[name] = _load(child_path, (*calling, path.resolve()))
+        children[name] = _load(child_path, (*calling, path.resolve()), budget)
     # what a sub-flow sets (its slots, saves) the calling flow may read after it returns
     extra = set().union(*(defined_variables(c) for c in children.values())) if children else set()
     problems = check_flow(flow, subflow=bool(calling), extra_variables=extra, whole=not shape) + \
@@ -1102,7 +1151,7 @@ def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
         try:
             path = confined_file(base, audio, MAX_AUDIO_FILE_BYTES)
         except ValueError as exc:
-            problems.append((("nodes", name, "audio"), f"recorded prompt {audio!r} {exc}"))
+            problems.append((("nodes", name, "audio"), f"recorded prompt: {audio}: {exc}"))
             continue
         try:
             pcm = read_wav(path)

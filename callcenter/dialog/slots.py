@@ -314,80 +314,202 @@ def _nth_weekday(toks: list[str], today: dt.date) -> dt.date | None:
     return None
 
 
-def parse_date(text: str, today: dt.date) -> str | None:
-    """A date as YYYY-MM-DD: "today", "tomorrow", "monday", "next friday", "december third", "the 5th",
-    "3rd of january", "12/24", "2027-01-05". Dates without a year are the next such day from today."""
-    t = text.lower()
-    m = re.search(r"\b(\d{4})-(\d{2})-(\d{2})\b", t)
-    if m:
+DATE_WHEN = ("future", "past", "any")  # a date slot's kind: an appointment, a birth date, either
+DATE_ORDERS = ("mdy", "dmy", "ymd")  # how a caller writes a numeric date: 04/03/1985
+DATE_YEARS = {"future": 5, "past": 120, "any": 120}  # how far from today a date of each kind may lie
+# time zones whose callers write the month first (04/03 is April 3rd); everyone else writes the day first
+MONTH_FIRST_ZONES = ("America/New_York", "America/Chicago", "America/Denver", "America/Los_Angeles",
+                     "America/Phoenix", "America/Anchorage", "America/Detroit", "America/Boise", "America/Juneau",
+                     "America/Indiana/", "America/Kentucky/", "America/North_Dakota/", "America/Menominee",
+                     "America/Adak", "America/Nome", "America/Sitka", "America/Yakutat", "America/Metlakatla",
+                     "Pacific/Honolulu", "US/", "America/Puerto_Rico")
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+_NUMERIC_DATE = re.compile(r"\b(\d{1,2})([/.\-])(\d{1,2})\2(\d{4}|\d{2})\b")  # with a year: 04/03/1985, 4.3.85
+_SHORT_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})\b")  # without: 12/24 (a slash only; 10.30 is a time)
+
+
+def date_order_for(timezone: str | None) -> str:
+    """The order callers in `timezone` write numeric dates in: month first in the United States
+    (and without a time zone, as before), else day first (Europe/Berlin: 04/03 is 4 March)."""
+    if not timezone or timezone.startswith(MONTH_FIRST_ZONES):
+        return "mdy"
+    return "dmy"
+
+
+def _spoken_year(toks: list[str]) -> tuple[int, set[int]] | None:
+    """A year in the caller's words and the tokens it took: "1985", "nineteen eighty five",
+    "nineteen oh five", "twenty twenty four", "two thousand and three"."""
+    for i, tok in enumerate(toks):
+        if re.fullmatch(r"1[89]\d\d|2[01]\d\d", tok):
+            return int(tok), {i}
+        if tok in ("nineteen", "twenty") and i + 1 < len(toks):
+            century = 1900 if tok == "nineteen" else 2000
+            nxt = toks[i + 1]
+            if nxt == "oh" and i + 2 < len(toks) and toks[i + 2] in _SMALL and 0 < _SMALL[toks[i + 2]] < 10:
+                return century + _SMALL[toks[i + 2]], {i, i + 1, i + 2}
+            if nxt in _SMALL and 10 <= _SMALL[nxt] < 20:
+                return century + _SMALL[nxt], {i, i + 1}
+            if nxt in _SMALL and _SMALL[nxt] >= 20 and _SMALL[nxt] % 10 == 0:
+                unit = _SMALL.get(toks[i + 2], 0) if i + 2 < len(toks) else 0
+                used = {i, i + 1, i + 2} if 0 < unit < 10 else {i, i + 1}
+                return century + _SMALL[nxt] + (unit if 0 < unit < 10 else 0), used
+        if tok == "two" and toks[i + 1:i + 2] == ["thousand"]:
+            rest = toks[i + 2:]
+            skip = 1 if rest[:1] == ["and"] else 0
+            found = numbers_in(" ".join(rest[skip:skip + 2]))
+            if found and found[0][1] == 0 and found[0][0] < 100:
+                return 2000 + int(found[0][0]), set(range(i, i + 2 + skip + found[0][2]))
+            return 2000, {i, i + 1}
+    return None
+
+
+def _two_digit_year(yy: int, today: dt.date, when: str) -> int:
+    """'85' → 1985; '27' → 2027 for a future date, 1927 for a past one that would else lie ahead."""
+    year = today.year // 100 * 100 + yy
+    if when == "past" and year > today.year:
+        year -= 100
+    return year
+
+
+def _in_range(date: dt.date, today: dt.date, when: str, years: int | None) -> bool:
+    span = dt.timedelta(days=365.25 * (years if years is not None else DATE_YEARS[when]))
+    if when == "past":
+        return today - span <= date <= today
+    if when == "future":
+        return today <= date <= today + span
+    return today - span <= date <= today + span
+
+
+def _yearless(month: int, day: int, today: dt.date, when: str) -> dt.date | None:
+    """A day and month without a year: the next such day (future, any) or the last one (past)."""
+    years = (today.year, today.year - 1) if when == "past" else (today.year, today.year + 1)
+    for year in years:
         try:
-            return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3))).isoformat()
+            date = dt.date(year, month, day)
         except ValueError:
             return None
+        if (date <= today) if when == "past" else (date >= today):
+            return date
+    return None
+
+
+def parse_date(text: str, today: dt.date, when: str = "future", years: int | None = None,
+               order: str = "mdy") -> str | None:
+    """A date as YYYY-MM-DD: "today", "tomorrow", "monday", "next friday", "december third", "the 5th",
+    "3rd of january", "12/24", "2027-01-05", "4 March 1985", "nineteen eighty five", "04/03/1985".
+    `when`: future (an appointment: today or later), past (a birth date: today or earlier) or any;
+    a date without a year is the next such day (the last one for past). `years`: how far from today
+    it may lie (default DATE_YEARS); a date out of range is None, not a guess. `order`: how numeric
+    dates are written (mdy, dmy, ymd)."""
+    date = _parse_date(text, today, when, order)
+    if date is None or not _in_range(date, today, when, years):
+        return None
+    return date.isoformat()
+
+
+def _numeric_date(t: str, today: dt.date, when: str, order: str) -> dt.date | None | bool:
+    """04/03/1985, 4.3.85, 1985-3-4, 12/24: the date, None for one that cannot be, False when the
+    text has no numeric date."""
+    m = _ISO_DATE.search(t)
+    if m:
+        year, month, day = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    else:
+        m = _NUMERIC_DATE.search(t) or _SHORT_DATE.search(t)
+        if not m:
+            return False
+        first, second = int(m.group(1)), int(m.group(3 if m.re is _NUMERIC_DATE else 2))
+        if first > 12 >= second:
+            day, month = first, second
+        elif second > 12 >= first:
+            month, day = first, second
+        else:
+            day, month = (first, second) if order == "dmy" else (second, first)
+        if m.re is _SHORT_DATE:
+            return _yearless(month, day, today, when)
+        c = m.group(4)
+        year = int(c) if len(c) == 4 else _two_digit_year(int(c), today, when)
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
+        return None
+
+
+def _parse_date(text: str, today: dt.date, when: str, order: str) -> dt.date | None:
+    t = text.lower()
+    numeric = _numeric_date(t, today, when, order)
+    if numeric is not False:
+        return numeric
     toks = _tokens(t)
+    spoken = _spoken_year(toks)
+    if spoken is not None:  # "4 March 1985": the year's tokens are not a day
+        year, used = spoken
+        rest = [tok for i, tok in enumerate(toks) if i not in used]
+        month, day = _month_and_day(rest, today)
+        if month and day:
+            try:
+                return dt.date(year, month, day)
+            except ValueError:
+                return None
+        if month is None and day is None:
+            return None  # a bare year is not a date
     for i, tok in enumerate(toks[:-1]):  # "the day before Christmas Eve", "the day after my birthday's Friday"
         if tok == "day" and toks[i + 1] in ("before", "after") and toks[i + 2:i + 3] != ["tomorrow"] \
-                and (base := parse_date(" ".join(toks[i + 2:]), today)) is not None:
-            return (dt.date.fromisoformat(base) + dt.timedelta(days=1 if toks[i + 1] == "after" else -1)).isoformat()
+                and (base := _parse_date(" ".join(toks[i + 2:]), today, when, order)) is not None:
+            return base + dt.timedelta(days=1 if toks[i + 1] == "after" else -1)
     nth = _nth_weekday(toks, today)
     if nth is not None:
-        return nth.isoformat()
+        return nth
     for i, tok in enumerate(toks[:-1]):
         later = toks[i + 1:i + 3]
         if tok in WEEKDAYS or tok in ("tomorrow", "today"):
             weeks = 1 if later[:1] == ["week"] else 1 if later == ["after", "next"] else 0
             if weeks and not (i and toks[i - 1] in ("next", "this") and later[:1] == ["week"]):
                 base = _base_day([tok], today)  # "Monday week", "tomorrow week", "the Tuesday after next"
-                return (base + dt.timedelta(days=7 * weeks)).isoformat()
+                return base + dt.timedelta(days=7 * weeks)
     relative = _relative(toks, today)
     if relative is not None:
-        return relative.isoformat()
+        return relative
     if "today" in toks:
-        return today.isoformat()
+        return today
+    if "yesterday" in toks:
+        return today - dt.timedelta(days=1)
     if "tomorrow" in toks:
         if "after" in toks and "day" in toks:
-            return (today + dt.timedelta(days=2)).isoformat()
-        return (today + dt.timedelta(days=1)).isoformat()
+            return today + dt.timedelta(days=2)
+        return today + dt.timedelta(days=1)
     next_week = any(toks[i:i + 2] == ["next", "week"] for i in range(len(toks)))
     for i, tok in enumerate(toks):
         if tok in WEEKDAYS:
             if next_week:  # "friday next week", "next week friday": that day of the coming Monday's week
                 monday = today + dt.timedelta(days=7 - today.weekday())
-                return (monday + dt.timedelta(days=WEEKDAYS.index(tok))).isoformat()
+                return monday + dt.timedelta(days=WEEKDAYS.index(tok))
             ahead = (WEEKDAYS.index(tok) - today.weekday()) % 7 or 7
-            return (today + dt.timedelta(days=ahead)).isoformat()
-    m = re.search(r"\b(\d{1,2})/(\d{1,2})\b", t)
-    month = day = None
-    if m:
-        month, day = int(m.group(1)), int(m.group(2))
-    else:
-        for i, tok in enumerate(toks):
-            if tok in MONTHS:
-                month = MONTHS.index(tok) + 1
-                for j in (i + 1, i + 2, i - 1, i - 2, i - 3):
-                    if 0 <= j < len(toks):
-                        day = _day_at(toks, j)
-                        if day:
-                            break
-                break
-        if month is None:
-            for i, tok in enumerate(toks):
-                d = _ordinal_word(tok) or (_ordinal_word(toks[i] + toks[i + 1]) if i + 1 < len(toks)
-                                           and toks[i] in ("twenty", "thirty") else None)
-                if d and (i and toks[i - 1] == "the" or tok.endswith(("st", "nd", "rd", "th"))):
-                    day = d
-                    month = today.month if d >= today.day else today.month % 12 + 1
-                    break
+            return today + dt.timedelta(days=ahead)
+    month, day = _month_and_day(toks, today)
     if not month or not day:
         return None
-    for year in (today.year, today.year + 1):
-        try:
-            date = dt.date(year, month, day)
-        except ValueError:
-            return None
-        if date >= today:
-            return date.isoformat()
-    return None
+    return _yearless(month, day, today, when)
+
+
+def _month_and_day(toks: list[str], today: dt.date) -> tuple[int | None, int | None]:
+    """A month named and a day beside it ("december third", "3rd of january"), or a day alone
+    ("the 5th": this month's, or next month's once it is past)."""
+    month = day = None
+    for i, tok in enumerate(toks):
+        if tok in MONTHS:
+            month = MONTHS.index(tok) + 1
+            for j in (i + 1, i + 2, i - 1, i - 2, i - 3):
+                if 0 <= j < len(toks):
+                    day = _day_at(toks, j)
+                    if day:
+                        break
+            return month, day
+    for i, tok in enumerate(toks):
+        d = _ordinal_word(tok) or (_ordinal_word(toks[i] + toks[i + 1]) if i + 1 < len(toks)
+                                   and toks[i] in ("twenty", "thirty") else None)
+        if d and (i and toks[i - 1] == "the" or tok.endswith(("st", "nd", "rd", "th"))):
+            return (today.month if d >= today.day else today.month % 12 + 1), d
+    return None, None
 
 
 def _day_at(toks: list[str], j: int) -> int | None:
@@ -468,7 +590,7 @@ def extract(slot_type: str, text: str, today: dt.date | None = None, **spec) -> 
     if slot_type == "yes_no":
         return parse_yes_no(text)
     if slot_type == "date":
-        return parse_date(text, today)
+        return parse_date(text, today, spec.get("when") or "future", spec.get("years"), spec.get("order") or "mdy")
     if slot_type == "time":
         return parse_time(text)
     if slot_type == "currency":

@@ -218,7 +218,7 @@ class ControlApi:
     async def _agent_action(self, request: web.Request) -> web.Response:
         """`login`, `logout`, `pause {"reason"}`, `resume` for a human agent (the shared store:
         every worker sees it at once)."""
-        from callcenter.call.queues import QueueStoreError
+        from callcenter.store.queues import QueueStoreError
 
         if self.agent.queues is None:
             return web.json_response({"error": "no contact_center in this server's config"}, status=404)
@@ -340,7 +340,7 @@ class ControlApi:
                 session.supervisor_enqueue(name)
             return None
         if body.get("agent"):
-            from callcenter.call.queues import QueueStoreError
+            from callcenter.store.queues import QueueStoreError
 
             if self.agent.queues is None:
                 return "no contact_center in this server's config: no agents to transfer to"

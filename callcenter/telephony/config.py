@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from callcenter.memory import MALLOC_ARENAS, TRIM_EVERY_S
+from callcenter.store.url import DEFAULT_STORE_FILE, StoreUrl, StoreUrlError
 from callcenter.voice.settings import PROMPT_CACHE_MB
 from callcenter.yamlfile import load_model
 
@@ -144,8 +145,8 @@ class HumanAgent(_Strict):
 
 class ContactCenter(_Strict):
     """Queues of human agents, shared by every worker (flows name the queues; see QueueSettings)."""
-    store: Path | None = Field(None, description="the SQLite database every worker shares (WAL mode, a local "
-                                                 "path); default <recordings>/queues.db")
+    store: Path | None = Field(None, description="deprecated: the top-level `store:` replaces it (this path, if "
+                                                 "given and `store:` is not, is read as an SQLite store)")
     registrar: str | None = Field(None, description="host:port where agents' softphones register (the "
                                                     "project's Kamailio); agents without a uri are rung there")
     agents: list[HumanAgent] = Field(default_factory=list)
@@ -198,6 +199,13 @@ class ServerConfig(_Strict):
                                          description="delete recordings, transcripts and voicemail older than "
                                                      "this many days, at start and once a day; absent: keep all")
     contact_center: ContactCenter | None = Field(None, description="queues of human agents; off when absent")
+    store: str | None = Field(
+        None, description="the system of record every worker shares (queues, agents, one row per call): "
+                          "sqlite:///callcenter.db (embedded; a relative path is relative to this file) or "
+                          "postgresql://user@host:5432/dbname (many machines; the password from PGPASSWORD, or "
+                          "the variable named by ?password_env=NAME, never from this file). Default: "
+                          f"{DEFAULT_STORE_FILE} beside this file")
+    _base: Path | None = PrivateAttr(None)  # the config file's folder (relative SQLite paths)
     acl: list[str] = Field(default_factory=list,
                            description="addresses or networks (CIDR) calls may come from, e.g. the SIP "
                                        "trunk and the load balancer; others get 403. Empty: any.")
@@ -215,6 +223,26 @@ class ServerConfig(_Strict):
     @classmethod
     def _networks(cls, v: list[str]) -> list[str]:
         return networks(v)
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                StoreUrl.parse(v, Path("/"))
+            except StoreUrlError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    def store_url(self) -> StoreUrl:
+        """Where the store is: `store:`, else the deprecated contact_center.store, else
+        callcenter.db beside the config file."""
+        base = self._base or Path.cwd()
+        if self.store:
+            return StoreUrl.parse(self.store, base)
+        if self.contact_center is not None and self.contact_center.store is not None:
+            return StoreUrl.parse(str(self.contact_center.store), base)
+        return StoreUrl.parse(DEFAULT_STORE_FILE, base)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -272,4 +300,5 @@ def source_address(source: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
 
 def load_server_config(path: str | Path) -> ServerConfig:
     cfg, _ = load_model(path, ServerConfig)
+    cfg._base = Path(path).resolve().parent
     return cfg

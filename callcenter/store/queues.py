@@ -1,13 +1,9 @@
 """Queues of callers waiting for human agents, and the agents' states, shared by every worker.
 
-One SQLite database in WAL mode on a path every worker can reach (`contact_center.store` in the
-server config). Why SQLite: the workers of `serve --workers N` are processes on one machine, the
-state is a few rows that change a few times a second, and SQLite needs no server to run, watch or
-secure; each change is one short transaction (`BEGIN IMMEDIATE`), so two workers never give one
-agent to two callers, and a committed change survives a `kill -9` of the worker that made it. WAL
-lets the console and the other workers read while one writes. (Redis would be one more daemon;
-Kamailio's htable is per process and lost on restart.) Several machines would need a networked
-store; this class is the only place that would change.
+The store every worker shares (`store:` in the server config, see `callcenter.store`): embedded
+SQLite for the workers of one machine, PostgreSQL for several. The state is a few rows that change a
+few times a second; each change is one short exclusive transaction, so two workers never give one
+agent to two callers, and a committed change survives a `kill -9` of the worker that made it.
 
 A caller's place is their join time: position = callers of the same queue, on live workers, who
 joined earlier. Each worker beats its heart every `HEARTBEAT_S`; the callers and agent legs of a
@@ -20,14 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from callcenter.errors import CallcenterError
+from callcenter.store.calls import CallRecords
+from callcenter.store.db import Database, StoreError, open_database
+from callcenter.store.schema import migrate
 
 HEARTBEAT_S = 1.0
 WORKER_STALE_S = 4.0  # a worker that has not beaten its heart this long is taken for dead
@@ -46,7 +42,7 @@ class AgentState(StrEnum):
     PAUSED = "paused"
 
 
-class QueueStoreError(CallcenterError):
+class QueueStoreError(StoreError):
     """The queue store refused (a corrupt or unreadable file, an unknown agent): said in one line."""
 
 
@@ -100,24 +96,6 @@ class QueueSnapshot:
                 "callers": self.callers}
 
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS agents (
-    name TEXT PRIMARY KEY, uri TEXT NOT NULL, skills TEXT NOT NULL DEFAULT '[]',
-    state TEXT NOT NULL DEFAULT 'logged_out', reason TEXT NOT NULL DEFAULT '', since REAL NOT NULL,
-    idle_since REAL NOT NULL DEFAULT 0, last_rung REAL NOT NULL DEFAULT 0, wrap_until REAL NOT NULL DEFAULT 0,
-    call_id TEXT, worker TEXT, retry_after REAL NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS callers (
-    call_id TEXT PRIMARY KEY, queue TEXT NOT NULL, worker TEXT NOT NULL, joined REAL NOT NULL,
-    state TEXT NOT NULL DEFAULT 'waiting', tried TEXT NOT NULL DEFAULT '[]');
-CREATE INDEX IF NOT EXISTS callers_queue ON callers(queue, joined);
-CREATE TABLE IF NOT EXISTS workers (worker TEXT PRIMARY KEY, pid INTEGER, seen REAL NOT NULL,
-    free_slots INTEGER NOT NULL DEFAULT 1);
-CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, members TEXT NOT NULL, skills TEXT NOT NULL,
-    strategy TEXT NOT NULL, service_level_s REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS queue_log (t REAL NOT NULL, queue TEXT NOT NULL, call_id TEXT, agent TEXT,
-    kind TEXT NOT NULL, wait_s REAL, talk_s REAL);
-CREATE INDEX IF NOT EXISTS queue_log_t ON queue_log(t);
-"""
 
 
 def _serves(agent: Agent, members: set[str], skills: set[str]) -> bool:
@@ -134,42 +112,34 @@ class QueueStore:
     """The shared state of queues and agents (see the module's docstring). Every method is one
     short transaction; safe from several threads and processes."""
 
-    def __init__(self, path: str | Path, worker: str, clock=time.time):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.worker = worker
+    def __init__(self, store: Database | str | Path, worker: str, clock=time.time, host: str = "",
+                 version: str = ""):
+        """`store`: the shared database, or its URL (a plain path is an SQLite file), migrated on open."""
+        self.worker, self.host, self.version = worker, host, version
         self.clock = clock
-        self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=5.0, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed change survives kill -9
-            self._db.executescript(SCHEMA)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(agents)")}
-            if "retry_after" not in columns:  # a store made before agents had a retry time
-                self._db.execute("ALTER TABLE agents ADD COLUMN retry_after REAL NOT NULL DEFAULT 0")
-        except sqlite3.Error as exc:
-            raise QueueStoreError(f"queue store {self.path}: {exc}") from None
-        os.chmod(self.path, 0o600)
+            self.db = store if isinstance(store, Database) else open_database(store)
+            migrate(self.db)
+        except StoreError as exc:
+            raise QueueStoreError(str(exc)) from None
+        self.calls = CallRecords(self.db, worker, host, clock)
 
     # ---- plumbing
     def _tx(self, fn, *args):
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                out = fn(*args)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-            return out
+        try:
+            with self.db.transaction():
+                return fn(*args)
+        except StoreError as exc:
+            raise QueueStoreError(str(exc)) from None
 
     def _q(self, sql: str, *args) -> list[tuple]:
-        return self._db.execute(sql, args).fetchall()
+        return self.db.execute(sql, args)
+
+    def _x(self, sql: str, args: tuple = ()) -> None:
+        self.db.execute(sql, args)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.db.close()
 
     # ---- workers
     def heartbeat(self, free_slots: int = 1) -> list[str]:
@@ -182,9 +152,10 @@ class QueueStore:
         return self._tx(run)
 
     def _beat(self, now: float, free_slots: int) -> None:
-        self._db.execute("INSERT INTO workers(worker, pid, seen, free_slots) VALUES(?, ?, ?, ?) ON CONFLICT(worker) "
-                         "DO UPDATE SET pid=excluded.pid, seen=excluded.seen, free_slots=excluded.free_slots",
-                         (self.worker, os.getpid(), now, free_slots))
+        self._x("INSERT INTO workers(worker, pid, seen, free_slots, host, version) VALUES(?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(worker) DO UPDATE SET pid=excluded.pid, seen=excluded.seen, "
+                "free_slots=excluded.free_slots, host=excluded.host, version=excluded.version",
+                (self.worker, os.getpid(), now, free_slots, self.host, self.version))
 
     def take_over(self) -> list[str]:
         """A worker starting on this address: whatever an earlier process here left in the queues
@@ -205,15 +176,16 @@ class QueueStore:
         gone = self._q(f"SELECT call_id, queue, joined FROM callers WHERE worker IN ({marks})", *dead)
         for call_id, queue, joined in gone:
             self._log(now, queue, call_id, None, "lost", now - joined)
-        self._db.execute(f"DELETE FROM callers WHERE worker IN ({marks})", dead)
-        self._db.execute(f"UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL, idle_since=? "
+        self._x(f"DELETE FROM callers WHERE worker IN ({marks})", dead)
+        self._x(f"UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL, idle_since=? "
                          f"WHERE worker IN ({marks}) AND state IN ('ringing', 'on_call')", (now, now, *dead))
-        self._db.execute(f"DELETE FROM workers WHERE worker IN ({marks})", dead)
+        self._x(f"DELETE FROM workers WHERE worker IN ({marks})", dead)
+        self.calls.lost(dead)  # every call they had gets a row that says how it ended
         return [c for c, _, _ in gone]
 
     def forget_worker(self) -> None:
         """This worker is shutting down cleanly: its callers have ended their calls."""
-        self._tx(lambda: self._db.execute("DELETE FROM workers WHERE worker=?", (self.worker,)))
+        self._tx(lambda: self._x("DELETE FROM workers WHERE worker=?", (self.worker,)))
 
     # ---- configuration
     def define_agents(self, agents: list[tuple[str, str, tuple[str, ...], bool]]) -> None:
@@ -222,7 +194,7 @@ class QueueStore:
         def run():
             now = self.clock()
             for name, uri, skills, logged_in in agents:
-                self._db.execute(
+                self._x(
                     "INSERT INTO agents(name, uri, skills, state, since, idle_since) VALUES(?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(name) DO UPDATE SET uri=excluded.uri, skills=excluded.skills",
                     (name, uri, json.dumps(list(skills)), "available" if logged_in else "logged_out", now, now))
@@ -230,7 +202,7 @@ class QueueStore:
 
     def define_queue(self, name: str, members: list[str], skills: list[str], strategy: str,
                      service_level_s: float) -> None:
-        self._tx(lambda: self._db.execute(
+        self._tx(lambda: self._x(
             "INSERT INTO queues VALUES(?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET members=excluded.members, "
             "skills=excluded.skills, strategy=excluded.strategy, service_level_s=excluded.service_level_s",
             (name, json.dumps(members), json.dumps(skills), strategy, service_level_s)))
@@ -248,11 +220,11 @@ class QueueStore:
         return out
 
     def agents(self) -> list[Agent]:
-        with self._lock:
+        with self.db.reading():
             return self._agent_rows()
 
     def agent(self, name: str) -> Agent:
-        with self._lock:
+        with self.db.reading():
             found = self._agent_rows("WHERE name=?", name)
         if not found:
             raise QueueStoreError(f"no agent named {name!r}")
@@ -275,7 +247,7 @@ class QueueStore:
             if state not in allowed[action]:
                 raise QueueStoreError(f"{name} is {state.value}: cannot {action} now")
             new = {"login": "available", "resume": "available", "pause": "paused", "logout": "logged_out"}[action]
-            self._db.execute("UPDATE agents SET state=?, reason=?, since=?, idle_since=CASE WHEN ?='available' "
+            self._x("UPDATE agents SET state=?, reason=?, since=?, idle_since=CASE WHEN ?='available' "
                              "THEN ? ELSE idle_since END WHERE name=?",
                              (new, reason if action == "pause" else "", now, new, now, name))
             self._log(now, "", None, name, f"agent_{action}", None)
@@ -286,20 +258,21 @@ class QueueStore:
     def join(self, call_id: str, queue: str) -> None:
         def run():
             now = self.clock()
-            self._db.execute("INSERT OR REPLACE INTO callers(call_id, queue, worker, joined) VALUES(?, ?, ?, ?)",
-                             (call_id, queue, self.worker, now))
+            self._x("INSERT INTO callers(call_id, queue, worker, joined) VALUES(?, ?, ?, ?) ON CONFLICT(call_id) "
+                    "DO UPDATE SET queue=excluded.queue, worker=excluded.worker, joined=excluded.joined, "
+                    "state='waiting', tried='[]'", (call_id, queue, self.worker, now))
             self._log(now, queue, call_id, None, "join", None)
         self._tx(run)
 
     def position(self, call_id: str) -> tuple[int, int]:
         """(1-based place in the queue, callers waiting in it); (0, n) if the caller is not in it."""
-        with self._lock:
+        with self.db.reading():
             row = self._q("SELECT queue, joined FROM callers WHERE call_id=?", call_id)
             if not row:
                 return 0, 0
             queue, joined = row[0]
             ahead, total = self._q(
-                "SELECT SUM(c.joined < ?), COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
+                "SELECT SUM(CASE WHEN c.joined < ? THEN 1 ELSE 0 END), COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
                 "WHERE c.queue=? AND (w.seen >= ? OR w.worker = ?)", joined, queue, self.clock() - WORKER_STALE_S,
                 self.worker)[0]
             return int(ahead or 0) + 1, int(total)
@@ -307,7 +280,7 @@ class QueueStore:
     def expected_wait_s(self, call_id: str) -> float:
         """Place × the mean handle time of the queue's recent calls ÷ the agents who take them."""
         position, _ = self.position(call_id)
-        with self._lock:
+        with self.db.reading():
             row = self._q("SELECT queue FROM callers WHERE call_id=?", call_id)
             if not row:
                 return 0.0
@@ -320,7 +293,7 @@ class QueueStore:
         return position * handle / max(1, working)
 
     def _members(self, queue: str) -> list[Agent]:
-        with self._lock:
+        with self.db.reading():
             row = self._q("SELECT members, skills FROM queues WHERE name=?", queue)
             agents = self._agent_rows()
         if not row:
@@ -341,7 +314,7 @@ class QueueStore:
             if not row or row[0][1] != "waiting":
                 return None
             queue, _, tried = row[0]
-            self._db.execute("UPDATE agents SET state='available', since=wrap_until WHERE state='wrap_up' "
+            self._x("UPDATE agents SET state='available', since=wrap_until WHERE state='wrap_up' "
                              "AND wrap_until <= ?", (now,))
             head = self._q("SELECT c.call_id FROM callers c JOIN workers w ON c.worker = w.worker WHERE c.queue=? "
                            "AND c.state='waiting' AND w.free_slots > 0 ORDER BY c.joined LIMIT 1", queue)
@@ -358,7 +331,7 @@ class QueueStore:
             tried = set(json.loads(tried))
             fresh = [a for a in free if a.name not in tried]
             if not fresh:  # everyone free has been tried: go round again
-                self._db.execute("UPDATE callers SET tried='[]' WHERE call_id=?", (call_id,))
+                self._x("UPDATE callers SET tried='[]' WHERE call_id=?", (call_id,))
                 fresh = free
             order = {name: (idle, rung) for name, idle, rung in self._q("SELECT name, idle_since, last_rung FROM agents")}
             if strategy == "round_robin":
@@ -367,9 +340,9 @@ class QueueStore:
                 fresh.sort(key=lambda a: (order[a.name][0], a.name))
             chosen = fresh if strategy == "ring_all" else fresh[:1]
             for a in chosen:
-                self._db.execute("UPDATE agents SET state='ringing', since=?, call_id=?, worker=?, last_rung=? "
+                self._x("UPDATE agents SET state='ringing', since=?, call_id=?, worker=?, last_rung=? "
                                  "WHERE name=?", (now, call_id, self.worker, now, a.name))
-            self._db.execute("UPDATE callers SET state='ringing' WHERE call_id=?", (call_id,))
+            self._x("UPDATE callers SET state='ringing' WHERE call_id=?", (call_id,))
             self._log(now, queue, call_id, ",".join(a.name for a in chosen), "ring", None)
             return Ring(call_id, tuple(chosen))
         return self._tx(run)
@@ -387,25 +360,25 @@ class QueueStore:
             now = self.clock()
             row = self._q("SELECT queue, joined, tried FROM callers WHERE call_id=?", call_id)
             for name, why in unreachable.items():
-                self._db.execute("UPDATE agents SET state='paused', reason=?, since=?, call_id=NULL, worker=NULL "
+                self._x("UPDATE agents SET state='paused', reason=?, since=?, call_id=NULL, worker=NULL "
                                  "WHERE name=? AND state='ringing' AND call_id=?",
                                  (f"unreachable: {why}"[:200], now, name, call_id))
                 self._log(now, row[0][0] if row else "", call_id, name, "agent_unreachable", None)
             for name in rung:
                 if name != answered_by and name not in unreachable:
-                    self._db.execute("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL, "
+                    self._x("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL, "
                                      "retry_after=? WHERE name=? AND state='ringing' AND call_id=?",
                                      (now, now + RETRY_S if name in declined else 0, name, call_id))
             if answered_by is None:
                 if row:
                     tried = sorted(set(json.loads(row[0][2])) | set(rung))
-                    self._db.execute("UPDATE callers SET state='waiting', tried=? WHERE call_id=?",
+                    self._x("UPDATE callers SET state='waiting', tried=? WHERE call_id=?",
                                      (json.dumps(tried), call_id))
                     self._log(now, row[0][0], call_id, ",".join(rung), "ring_no_answer", None)
                 return
-            self._db.execute("UPDATE agents SET state='on_call', since=? WHERE name=?", (now, answered_by))
+            self._x("UPDATE agents SET state='on_call', since=? WHERE name=?", (now, answered_by))
             if row:
-                self._db.execute("DELETE FROM callers WHERE call_id=?", (call_id,))
+                self._x("DELETE FROM callers WHERE call_id=?", (call_id,))
                 self._log(now, row[0][0], call_id, answered_by, "answered", now - row[0][1])
         self._tx(run)
 
@@ -413,7 +386,7 @@ class QueueStore:
         """The agent's call is over: wrap-up for the queue's seconds, then available again."""
         def run():
             now = self.clock()
-            self._db.execute("UPDATE agents SET state=?, since=?, wrap_until=?, idle_since=?, call_id=NULL, "
+            self._x("UPDATE agents SET state=?, since=?, wrap_until=?, idle_since=?, call_id=NULL, "
                              "worker=NULL WHERE name=? AND state='on_call'",
                              ("wrap_up" if wrap_up_s > 0 else "available", now, now + wrap_up_s, now + wrap_up_s, name))
             self._log(now, queue, None, name, "done", None, talk_s + wrap_up_s)
@@ -426,15 +399,15 @@ class QueueStore:
             row = self._q("SELECT queue, joined FROM callers WHERE call_id=?", call_id)
             if not row:
                 return
-            self._db.execute("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL "
+            self._x("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL "
                              "WHERE call_id=? AND state='ringing'", (now, call_id))
-            self._db.execute("DELETE FROM callers WHERE call_id=?", (call_id,))
+            self._x("DELETE FROM callers WHERE call_id=?", (call_id,))
             self._log(now, row[0][0], call_id, None, kind, now - row[0][1])
         self._tx(run)
 
     def _log(self, t: float, queue: str, call_id: str | None, agent: str | None, kind: str,
              wait_s: float | None, talk_s: float | None = None) -> None:
-        self._db.execute("INSERT INTO queue_log VALUES(?, ?, ?, ?, ?, ?, ?)", (t, queue, call_id, agent, kind,
+        self._x("INSERT INTO queue_log VALUES(?, ?, ?, ?, ?, ?, ?)", (t, queue, call_id, agent, kind,
                                                                                 wait_s, talk_s))
 
     # ---- what the console shows
@@ -442,7 +415,7 @@ class QueueStore:
         """Every defined queue with today's figures, and every agent."""
         now = self.clock()
         day = _midnight(now)
-        with self._lock:
+        with self.db.reading():
             queues = self._q("SELECT name, members, skills, service_level_s FROM queues ORDER BY name")
             agents = self._agent_rows()
             live = {w for (w,) in self._q("SELECT worker FROM workers WHERE seen >= ?", now - WORKER_STALE_S)}

@@ -1,0 +1,128 @@
+"""One row per call: who called, when, on which worker and host, the flow's path and slots (sensitive
+ones masked), how it ended, and where its recording and events are. The per-call JSONL and WAV stay
+the raw record; the row is what reports, search and outbound calling read.
+
+How a call ended is one word of one vocabulary (`OUTCOMES`), the same for every feature:
+
+| outcome | the call |
+|---|---|
+| `ai_completed` | the flow ran to its end (a hangup node) with the AI agent alone |
+| `transferred` | was put through to a number or SIP URI (a blind or warm transfer) |
+| `queue_answered` | waited in a queue and a human agent answered |
+| `queue_abandoned` | hung up while waiting in a queue |
+| `queue_timeout` | waited the queue's longest wait and went the flow's way (and left no message) |
+| `callback_requested` | left the queue asking to be called back |
+| `voicemail` | left a voicemail message |
+| `caller_hung_up` | the caller hung up before the flow's end, outside any queue |
+| `failed` | a part of the agent failed for good, or the call could not be set up |
+| `worker_lost` | the worker that had the call died (kill -9, a crash, a lost host) |
+| `machine`, `no_answer`, `busy`, `dnc_skipped` | outbound calls: an answering machine, nobody, a busy line, a number on the do-not-call list |
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from callcenter.store.db import Database
+
+AI_COMPLETED = "ai_completed"
+TRANSFERRED = "transferred"
+QUEUE_ANSWERED = "queue_answered"
+QUEUE_ABANDONED = "queue_abandoned"
+QUEUE_TIMEOUT = "queue_timeout"
+CALLBACK_REQUESTED = "callback_requested"
+VOICEMAIL = "voicemail"
+CALLER_HUNG_UP = "caller_hung_up"
+FAILED = "failed"
+WORKER_LOST = "worker_lost"
+MACHINE = "machine"
+NO_ANSWER = "no_answer"
+BUSY = "busy"
+DNC_SKIPPED = "dnc_skipped"
+OUTCOMES = (AI_COMPLETED, TRANSFERRED, QUEUE_ANSWERED, QUEUE_ABANDONED, QUEUE_TIMEOUT, CALLBACK_REQUESTED,
+            VOICEMAIL, CALLER_HUNG_UP, FAILED, WORKER_LOST, MACHINE, NO_ANSWER, BUSY, DNC_SKIPPED)
+
+COLUMNS = ("call_id", "direction", "transport", "caller", "caller_number", "started", "answered", "ended",
+           "worker", "host", "flow", "flow_version", "nodes", "intent", "slots", "outcome", "transfer_to", "queue",
+           "queue_wait_s", "turns", "voice_to_voice_p50_ms", "voice_to_voice_max_ms", "recording", "events")
+JSON_COLUMNS = ("nodes", "slots")
+
+
+@dataclass
+class CallEnd:
+    """What a call's row learns when it ends."""
+    outcome: str
+    nodes: list[str]
+    intent: str | None = None
+    slots: dict[str, Any] | None = None  # sensitive values already masked
+    transfer_to: str | None = None
+    queue: str | None = None
+    queue_wait_s: float | None = None
+    voice_to_voice_ms: list[float] | None = None
+
+
+class CallRecords:
+    """The `calls` table."""
+
+    def __init__(self, db: Database, worker: str, host: str, clock=time.time):
+        self.db, self.worker, self.host, self.clock = db, worker, host, clock
+
+    def started(self, call_id: str, *, direction: str = "inbound", transport: str = "sip", caller: str = "",
+                caller_number: str = "", flow: str = "", flow_version: int | None = None,
+                recording: str | None = None, events: str | None = None) -> None:
+        now = self.clock()
+        with self.db.transaction():
+            self.db.execute(
+                "INSERT INTO calls(call_id, direction, transport, caller, caller_number, started, answered, worker, "
+                "host, flow, flow_version, recording, events) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(call_id) DO NOTHING",
+                (call_id, direction, transport, caller, caller_number, now, now, self.worker, self.host, flow,
+                 flow_version, recording, events))
+
+    def ended(self, call_id: str, end: CallEnd) -> None:
+        if end.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {end.outcome!r}")
+        v2v = [v for v in end.voice_to_voice_ms or [] if v is not None]
+        with self.db.transaction():
+            self.db.execute(
+                "UPDATE calls SET ended=?, outcome=?, nodes=?, intent=?, slots=?, transfer_to=?, queue=?, "
+                "queue_wait_s=?, turns=?, voice_to_voice_p50_ms=?, voice_to_voice_max_ms=? WHERE call_id=?",
+                (self.clock(), end.outcome, json.dumps(end.nodes), end.intent, json.dumps(end.slots or {}, default=str),
+                 end.transfer_to, end.queue, end.queue_wait_s, len(v2v),
+                 round(statistics.median(v2v), 1) if v2v else None, round(max(v2v), 1) if v2v else None, call_id))
+
+    def lost(self, workers: list[str]) -> int:
+        """Calls of dead workers that never ended get `worker_lost` (inside the caller's transaction)."""
+        if not workers:
+            return 0
+        marks = ",".join("?" * len(workers))
+        open_calls = self.db.execute(f"SELECT call_id FROM calls WHERE outcome IS NULL AND worker IN ({marks})",
+                                     tuple(workers))
+        self.db.execute(f"UPDATE calls SET outcome=?, ended=? WHERE outcome IS NULL AND worker IN ({marks})",
+                        (WORKER_LOST, self.clock(), *workers))
+        return len(open_calls)
+
+    def between(self, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
+        """The calls that started in [since, until), oldest first."""
+        rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE started >= ? AND started < ? "
+                               "ORDER BY started LIMIT ?", (since, until, limit))
+        out = []
+        for row in rows:
+            call = dict(zip(COLUMNS, row))
+            for key in JSON_COLUMNS:
+                call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
+            out.append(call)
+        return out
+
+    def get(self, call_id: str) -> dict[str, Any] | None:
+        rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE call_id=?", (call_id,))
+        if not rows:
+            return None
+        call = dict(zip(COLUMNS, rows[0]))
+        for key in JSON_COLUMNS:
+            call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
+        return call

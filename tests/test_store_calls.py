@@ -1,0 +1,95 @@
+"""Real SIP calls and the store: each call's row says how it ended, on PostgreSQL, even when the
+database restarts in the middle of the call; a store that cannot be reached at start is one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from callcenter.lab.agent_process import AgentProcess, AgentStartError
+from callcenter.lab.softphone import Softphone, caller_audio
+from callcenter.store.calls import CallRecords
+from callcenter.store.db import open_database
+from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
+
+pytestmark = [pytest.mark.sip, pytest.mark.slow]
+if not shutil.which("baresip"):
+    pytest.skip("baresip is needed (scripts/setup installs it)", allow_module_level=True)
+
+
+def row_of(url: str, call_id: str) -> dict | None:
+    db = open_database(url)
+    try:
+        return CallRecords(db, "", "").get(call_id)
+    finally:
+        db.close()
+
+
+def live_call_id(agent: AgentProcess) -> str:
+    assert wait_for(lambda: agent.calls(), 15)
+    return agent.calls()[0].stem
+
+
+def test_a_call_survives_a_database_restart_and_its_row_is_written_when_it_returns(tmp_path, postgres_server):
+    url = postgres_server.new_database()
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
+                         extra_config=f"store: '{url}'\n").start()
+    try:
+        mic = caller_audio([], tmp_path / "mic.wav", lead_s=30, gap_s=0, tail_s=0)
+        with Softphone(tmp_path / "caller", mic, user="4930123456") as phone:
+            phone.dial(agent.uri)
+            assert phone.wait_established(10), phone.log()
+            call_id = live_call_id(agent)
+            assert wait_for(lambda: row_of(url, call_id) is not None, 10)
+            postgres_server.stop()
+            try:
+                time.sleep(2)
+                phone.hangup()  # the call ends while the database is down
+                assert wait_for(lambda: '"call_ended"' in agent.log(), 10)
+                assert wait_for(lambda: '"store_unavailable"' in agent.log(), 10), agent.log()[-2000:]
+            finally:
+                postgres_server.start()
+        assert wait_for(lambda: (row_of(url, call_id) or {}).get("outcome") == "caller_hung_up", 20), \
+            row_of(url, call_id)
+        row = row_of(url, call_id)
+        assert row["caller_number"] == "4930123456" and row["flow"] and row["recording"].endswith(".wav")
+        assert row["ended"] >= row["started"] and row["events"].endswith(".jsonl")
+        assert '"store_available_again"' in agent.log()
+    finally:
+        agent.stop()
+
+
+def test_calls_list_shows_a_live_call_and_a_finished_one(tmp_path):
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()  # the embedded store
+    try:
+        mic = caller_audio([], tmp_path / "mic.wav", lead_s=20, gap_s=0, tail_s=0)
+        with Softphone(tmp_path / "caller", mic, user="4155550100") as phone:
+            phone.dial(agent.uri)
+            assert phone.wait_established(10), phone.log()
+            call_id = live_call_id(agent)
+            listed = subprocess.run([sys.executable, "-m", "callcenter.cli", "calls", "list", "--config",
+                                     str(agent.config), "--json", str(tmp_path / "live.json")],
+                                    capture_output=True, text=True, timeout=60)
+            assert listed.returncode == 0 and "in progress" in listed.stdout, listed.stdout + listed.stderr
+            phone.hangup()
+            assert wait_for(lambda: '"call_ended"' in agent.log(), 10)
+        db_url = f"sqlite:///{agent.config.parent / 'callcenter.db'}"
+        assert wait_for(lambda: (row_of(db_url, call_id) or {}).get("outcome") == "caller_hung_up", 10)
+        calls = json.loads((tmp_path / "live.json").read_text())["calls"]
+        assert [c["call_id"] for c in calls] == [call_id] and calls[0]["caller_number"] == "4155550100"
+    finally:
+        agent.stop()
+
+
+def test_a_store_unreachable_at_start_is_one_line_naming_it(tmp_path):
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
+                         extra_config=f"store: postgresql://cc@127.0.0.1:{free_tcp_port()}/center\n")
+    with pytest.raises(AgentStartError):
+        agent.start(timeout=120)
+    last = [line for line in agent.log().splitlines() if line.strip()][-1]
+    assert last.startswith("callcenter: store postgresql://cc@127.0.0.1:") and "unreachable" in last, last
