@@ -477,9 +477,19 @@ def cmd_kamailio_config(args) -> int:
     try:
         callers = callers_from_env(args.caller or [])
         agents = callers_from_env(args.agent or [], "--agent")
+        db = None
+        if args.db:
+            from callcenter.store.url import StoreUrl
+
+            if args.db == "store":
+                if not args.config:
+                    raise CliError("--db store needs --config (the server config whose store: Kamailio shares)")
+                db = load_server_config(args.config).store_url()
+            else:
+                db = StoreUrl.parse(args.db)
         cfg = write_kamailio_config(args.out, args.listen, workers, callers=callers, realm=args.realm,
                                     pike_density=args.rate_limit, agents=agents,
-                                    agent_networks=args.agent_network or [])
+                                    agent_networks=args.agent_network or [], db=db)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(f"{cfg} (dispatcher list beside it): kamailio -DD -E -f {cfg}")
@@ -615,8 +625,9 @@ def cmd_bench_queue(args) -> int:
     from callcenter.lab.bench.queue import bench_queue
 
     report = bench_queue(Path(args.json), workers=args.workers, callers=args.callers, agents=args.agents,
-                         hold_s=args.hold_s)
-    print(json.dumps({k: v for k, v in report.items() if k != "note"}, indent=2))
+                         hold_s=args.hold_s, stores=args.store or [])
+    print(json.dumps({name: {k: v for k, v in run.items() if k != "note"} for name, run in report["stores"].items()},
+                     indent=2))
     return 0
 
 
@@ -704,6 +715,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--agent-network", action="append", metavar="CIDR",
                    help="a network an agent's phone may register a contact in besides its own address "
                         "(repeatable; default: only the address the REGISTER came from)")
+    s.add_argument("--db", default=None, metavar="URL|store",
+                   help="keep callers, agents, their registrations and the workers in PostgreSQL (a "
+                        "postgresql:// URL, or `store`: the --config's store) instead of the config and "
+                        "Kamailio's memory: a restart loses no registration, a worker joins by a row")
     s.add_argument("--realm", default="callcenter", help="the digest realm")
     s.add_argument("--rate-limit", type=int, default=PIKE_DENSITY, metavar="N",
                    help=f"requests one address (not a worker) may send per {PIKE_UNIT_S} s before Kamailio "
@@ -930,6 +945,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--callers", type=int, default=12, help="callers queued at once for the capacity part")
     s.add_argument("--agents", type=int, default=3, help="baresip agent phones registered with Kamailio")
     s.add_argument("--hold-s", type=float, default=20.0, help="how long the capacity part holds them")
+    s.add_argument("--store", action="append", metavar="URL",
+                   help="also run it on this store (postgresql://...), beside the embedded SQLite in the same "
+                        "run (repeatable)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_queue)
     s = b.add_parser("soak", help="calls back to back for a long time behind Kamailio: memory, handles, leaked calls")

@@ -220,7 +220,7 @@ def test_keypad_codes_then_unreachable_agents_and_the_max_wait_way(tmp_path, cal
         fleet.start()
         from callcenter.store.queues import AgentState, QueueStore
 
-        store = QueueStore(fleet.recordings / "queues.db", "test")
+        store = QueueStore(fleet.store, "test")
         mic = caller_audio([], tmp_path / "silence.wav", lead_s=8, gap_s=0, tail_s=0)
         for code, state, said in (("*41", AgentState.AVAILABLE, "calls"), ("*45", AgentState.PAUSED, "paused"),
                                   ("*46", AgentState.AVAILABLE, "available")):

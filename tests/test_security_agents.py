@@ -113,10 +113,11 @@ def _with_to(msg: bytes, to_uri: str | None) -> bytes:
     return re.sub(rb"(?m)^To: <[^>]*>", f"To: <{to_uri}>".encode(), msg, count=1)
 
 
-@pytest.fixture(scope="module")
-def center(tmp_path_factory):
+@pytest.fixture(scope="module", params=["memory", "postgres"])
+def center(request, tmp_path_factory):
     """A worker with a contact center (alice and bob, available) behind a Kamailio that
-    authenticates callers (carol) and agents (alice, bob), and trusts the balancer only."""
+    authenticates callers (carol) and agents (alice, bob), and trusts the balancer only; Kamailio
+    keeps its users in its config (memory) or in PostgreSQL (the store's database flavour)."""
     from callcenter.store.queues import QueueStore
     from callcenter.lab.agent_process import AgentProcess
 
@@ -130,14 +131,16 @@ def center(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--worker",
                     agent.uri.replace("agent@", ""), "--listen", f"127.0.0.1:{balancer}", "--out", str(d / "cfg"),
                     "--caller", "carol=CAROL_PW", "--agent", "alice=ALICE_PW", "--agent", "bob=BOB_PW",
-                    "--rate-limit", "200"], check=True, capture_output=True, env=env)
+                    "--rate-limit", "200",
+                    *(["--db", request.getfixturevalue("postgres_server").new_database()]
+                      if request.param == "postgres" else [])], check=True, capture_output=True, env=env)
     log = d / "kamailio.log"
     kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(d / "cfg" / "kamailio.cfg"), "-P", str(d / "k.pid")],
                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     uac = Uac()
     # up when it answers OPTIONS
     assert wait_for(lambda: _options_ok(uac, balancer), 10), log.read_text()[-3000:]
-    store = QueueStore(agent.recordings / "queues.db", "test")
+    store = QueueStore(agent.store, "test")
     yield {"kam": ("127.0.0.1", balancer), "worker": ("127.0.0.1", agent.sip_port), "agent": agent,
            "store": store, "log": log, "uac": uac}
     uac.close()

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -15,7 +17,7 @@ from callcenter.lab.agent_process import AgentProcess, AgentStartError
 from callcenter.lab.softphone import Softphone, caller_audio
 from callcenter.store.calls import CallRecords
 from callcenter.store.db import open_database
-from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
+from tests.conftest import CONTROL_TOKEN, FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 if not shutil.which("baresip"):
@@ -28,6 +30,12 @@ def row_of(url: str, call_id: str) -> dict | None:
         return CallRecords(db, "", "").get(call_id)
     finally:
         db.close()
+
+
+def api(agent: AgentProcess, path: str) -> dict:
+    req = urllib.request.Request(agent.control_url + path, headers={"Authorization": f"Bearer {CONTROL_TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def live_call_id(agent: AgentProcess) -> str:
@@ -65,7 +73,8 @@ def test_a_call_survives_a_database_restart_and_its_row_is_written_when_it_retur
 
 
 def test_calls_list_shows_a_live_call_and_a_finished_one(tmp_path):
-    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW).start()  # the embedded store
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                         token=CONTROL_TOKEN).start()  # the embedded store
     try:
         mic = caller_audio([], tmp_path / "mic.wav", lead_s=20, gap_s=0, tail_s=0)
         with Softphone(tmp_path / "caller", mic, user="4155550100") as phone:
@@ -82,6 +91,11 @@ def test_calls_list_shows_a_live_call_and_a_finished_one(tmp_path):
         assert wait_for(lambda: (row_of(db_url, call_id) or {}).get("outcome") == "caller_hung_up", 10)
         calls = json.loads((tmp_path / "live.json").read_text())["calls"]
         assert [c["call_id"] for c in calls] == [call_id] and calls[0]["caller_number"] == "4155550100"
+        history = api(agent, "/api/calls/history?since=1h")["calls"]  # the control API, from the store
+        assert [(c["call_id"], c["outcome"]) for c in history] == [(call_id, "caller_hung_up")]
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            api(agent, "/api/calls/history?since=last+tuesday")
+        assert bad.value.code == 400
     finally:
         agent.stop()
 

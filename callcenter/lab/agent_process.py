@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from callcenter.errors import CallcenterError
+from callcenter.telephony.config import load_server_config
 
 
 class AgentStartError(CallcenterError, RuntimeError):
@@ -64,6 +65,11 @@ class AgentProcess:
                 raise AgentStartError(f"agent exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
             time.sleep(0.1)
         raise AgentStartError(f"agent did not start listening within {timeout} s:\n{self.log()[-3000:]}")
+
+    @property
+    def store(self) -> str:
+        """The URL of the store this server writes to (its config's `store:`, or the default)."""
+        return load_server_config(self.config).store_url().text
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

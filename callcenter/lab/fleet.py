@@ -70,6 +70,11 @@ class Fleet:
             raise RuntimeError(f"kamailio exited:\n{self.kamailio_log.read_text()[-3000:]}")
         return self
 
+    @property
+    def store(self) -> str:
+        """The URL of the store this server writes to (its config's `store:`, or the default)."""
+        return load_server_config(self.config).store_url().text
+
     def log_lines(self, event: str) -> list[dict]:
         import json
 

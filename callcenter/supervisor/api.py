@@ -6,6 +6,8 @@ A browser may open the WebSocket only from a page in `control.allowed_origins`. 
 address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the server says so loudly).
 
 - `GET  /api/calls` — the live calls: caller, flow and node, state, duration, last intent, levels.
+- `GET  /api/calls/history?since=yesterday[&until=today][&limit=N]` — past and live calls from the
+  store, across every worker and host, each with its outcome (the grammar of `callcenter calls list`).
 - `GET  /api/events` (WebSocket) — first `{"type": "hello", "calls": [...], "history": {call_id: [events]}}`,
   then every call's events as they happen (`{"type": "event", "event": {...}}`, the same JSON as the
   recordings' JSONL) and a `{"type": "calls", "calls": [...]}` table once a second.
@@ -127,6 +129,7 @@ class ControlApi:
     async def start(self) -> str:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024)
         app.router.add_get("/api/calls", self._calls)
+        app.router.add_get("/api/calls/history", self._history)
         app.router.add_get(EVENTS_PATH, self._events)
         app.router.add_post("/api/calls/{call_id}/{action}", self._action)
         app.router.add_get("/api/queues", self._queues)
@@ -362,6 +365,22 @@ class ControlApi:
         return web.json_response({"flows": [{"path": str(lib.path), "name": flow.name, "version": flow.version,
                                              "digest": lib.digest, "reloads": lib.reloads, "errors": lib.errors,
                                              "nodes": len(flow.nodes), "queues": list(flow.queues)}]})
+
+    async def _history(self, request: web.Request) -> web.Response:
+        from callcenter.store.db import StoreError
+        from callcenter.store.period import PeriodError, period
+
+        try:
+            since, until = period(request.query.get("since", "today"), request.query.get("until"))
+            limit = max(1, min(100_000, int(request.query.get("limit", "1000"))))
+        except (PeriodError, ValueError) as exc:
+            return web.json_response({"error": str(exc) or "limit must be a number"}, status=400)
+        loop = asyncio.get_running_loop()
+        try:  # off the loop: the store may be across the network
+            calls = await loop.run_in_executor(None, self.agent.calls.between, since, until, limit)
+        except StoreError as exc:
+            return web.json_response({"error": str(exc)}, status=503)
+        return web.json_response({"since": since, "until": until, "calls": calls})
 
     async def _recordings(self, request: web.Request) -> web.Response:
         try:

@@ -17,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from callcenter.store.url import StoreUrl
+
 DISPATCHER_SET = 1
 AGENT_HEADER = "X-Callcenter-Agent"  # the agent Kamailio authenticated; workers take it from trusted proxies only
 PIKE_DENSITY = 40  # requests per PIKE_UNIT_S from one address (not a worker) before it is blocked
@@ -50,7 +52,7 @@ loadmodule "pike.so"
 {auth_modules}
 modparam("tm", "fr_timer", {no_answer_ms})
 modparam("tm", "fr_inv_timer", 60000)
-modparam("dispatcher", "list_file", "{dispatcher_list}")
+{dispatcher_source}
 modparam("dispatcher", "flags", 2)   # failover support: ds_next_dst() after a failure
 modparam("dispatcher", "ds_ping_interval", 2)
 modparam("dispatcher", "ds_probing_mode", 1)
@@ -142,7 +144,7 @@ request_route {{
     exit;
 }}
 
-{registrar_route}{auth_events}failure_route[NEXT_WORKER] {{
+{registrar_route}{auth_events}{db_routes}failure_route[NEXT_WORKER] {{
     if (t_is_canceled()) exit;
     if (t_check_status("408|486|5[0-9][0-9]")) {{
         if (t_check_status("408|5[0-9][0-9]")) ds_mark_dst("ip");   # down: out until it answers OPTIONS
@@ -163,9 +165,31 @@ def module_dir() -> str:
     return MODULE_DIRS[0]
 
 
-AUTH_MODULES = """loadmodule "auth.so"
-loadmodule "htable.so"
+HT_AUTH_MODULES = """loadmodule "htable.so"
 modparam("htable", "htable", "callers=>size=8;")
+modparam("htable", "htable", "agents=>size=8;")
+"""
+# Kamailio on the store's PostgreSQL: callers and agents in tables (HA1 only, never a password),
+# registrations written through to `location` (a restart loses none), the workers in `dispatcher`
+# (re-read every DS_RELOAD_S: a worker on a new host joins by a row)
+DB_MODULES = """loadmodule "db_postgres.so"
+loadmodule "auth_db.so"
+loadmodule "sqlops.so"
+loadmodule "rtimer.so"
+modparam("auth_db", "db_url", "{db_url}")
+modparam("auth_db", "calculate_ha1", 0)
+modparam("auth_db", "password_column", "ha1")
+modparam("sqlops", "sqlcon", "cc=>{db_url}")
+modparam("rtimer", "timer", "name=workers;interval={reload_s};mode=1;")
+modparam("rtimer", "exec", "timer=workers;route=RELOAD_WORKERS")
+"""
+DB_ROUTES = """route[RELOAD_WORKERS] {
+    ds_reload();
+}
+
+"""
+DS_RELOAD_S = 10
+AUTH_MODULES = """loadmodule "auth.so"
 # challenges carry qop=auth; each nonce is good for one request (nonce-count tracked for qop), and
 # only from the address, for the Call-ID and Request-URI it was issued to: a captured REGISTER or
 # keypad-code INVITE cannot be replayed, from another address or at all
@@ -185,16 +209,7 @@ AUTH_BLOCK = """    if (is_method("INVITE")) {{
             auth_challenge("{realm}", "{qop}");
             exit;
         }}
-        if ($sht(callers=>$au) == $null) {{
-            # an unknown user must never reach pv_auth_check: $null stored in a $var is the integer 0,
-            # so the password "0" would pass
-            xlog("L_WARN", "authentication failed for unknown user '$au' from $si:$sp\n");
-            sl_send_reply("403", "Forbidden");
-            exit;
-        }}
-        $var(password) = $sht(callers=>$au);
-        $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
-        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{   # none yet, stale or foreign nonce
+{check_caller}        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{   # none yet, stale or foreign nonce
             auth_challenge("{realm}", "{qop}");
             exit;
         }}
@@ -207,14 +222,60 @@ AUTH_BLOCK = """    if (is_method("INVITE")) {{
     }}
 """
 
+# how a user's credentials are checked: against the passwords in the config (an htable), or against
+# PostgreSQL (auth_db: the `subscriber` table for callers, AGENTS_TABLE for agents, HA1 only)
+HT_CHECK = """        if ($sht({table}=>$au) == $null) {{
+            # an unknown user must never reach pv_auth_check: $null stored in a $var is the integer 0,
+            # so the password "0" would pass
+            xlog("L_WARN", "authentication failed for unknown user '$au' from $si:$sp\\n");
+            sl_send_reply("403", "Forbidden");
+            exit;
+        }}
+        $var(password) = $sht({table}=>$au);
+        $var(rc) = {check}("{realm}", "$var(password)", "0"{extra});
+"""
+DB_CHECK = """        $var(rc) = {check}("{realm}", "{table}");
+"""
+HT_IS_AGENT = """    $var(is_agent) = 0;
+    if ($sht(agents=>$rU) != $null) $var(is_agent) = 1;
+"""
+DB_IS_AGENT = """    $var(is_agent) = 0;
+    if (is_method("INVITE") && ds_is_from_list("{dset}")) {{
+        if (sql_query("cc", "SELECT 1 FROM {table} WHERE username=$(rU{{sql.val}})", "agent") == 1
+                && $dbr(agent=>rows) > 0) $var(is_agent) = 1;
+        sql_result_free("agent");
+    }}
+"""
+AGENTS_TABLE = "callcenter_agents"  # Kamailio's subscriber schema, for the agents' phones
+
+
+def _checks(db: bool, realm: str) -> dict[str, str]:
+    """The credential checks of one flavour, as finished script text (the templates insert them
+    as they are)."""
+    if db:
+        return {"check_caller": DB_CHECK.format(check="proxy_authenticate", table="subscriber", realm=realm),
+                "check_agent": DB_CHECK.format(check="proxy_authenticate", table=AGENTS_TABLE, realm=realm),
+                "check_registrant": _dedent(DB_CHECK.format(check="www_authenticate", table=AGENTS_TABLE,
+                                                            realm=realm)),
+                "is_agent": DB_IS_AGENT.format(table=AGENTS_TABLE, dset=DISPATCHER_SET)}
+    return {"check_caller": HT_CHECK.format(table="callers", check="pv_auth_check", extra=', "0"', realm=realm),
+            "check_agent": HT_CHECK.format(table="agents", check="pv_auth_check", extra=', "0"', realm=realm),
+            "check_registrant": _dedent(HT_CHECK.format(table="agents", check="pv_www_authenticate", extra="",
+                                                        realm=realm)),
+            "is_agent": HT_IS_AGENT}
+
+
+def _dedent(block: str) -> str:
+    return "".join(line[4:] if line.startswith("    ") else line for line in block.splitlines(True))
+
+
 REGISTRAR_MODULES = """loadmodule "usrloc.so"
 loadmodule "registrar.so"
 loadmodule "ipops.so"
-modparam("usrloc", "db_mode", 0)
+{usrloc}
 modparam("registrar", "max_expires", 3600)
 # one phone per agent: a queue call rings one place, never a list the agent (or a thief) wrote
 modparam("registrar", "max_contacts", 1)
-modparam("htable", "htable", "agents=>size=8;")
 """
 
 # human agents' softphones register here (digest-authenticated, each only as themselves); workers
@@ -230,13 +291,7 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
             auth_challenge("{realm}", "{qop}");
             exit;
         }}
-        if ($sht(agents=>$au) == $null) {{
-            sl_send_reply("403", "Forbidden");
-            exit;
-        }}
-        $var(password) = $sht(agents=>$au);
-        $var(rc) = pv_auth_check("{realm}", "$var(password)", "0", "0");
-        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
+{check_agent}        if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
             auth_challenge("{realm}", "{qop}");
             exit;
         }}
@@ -257,7 +312,7 @@ REGISTRAR_BLOCK = """    if (is_method("REGISTER")) {{
         if (!t_relay()) sl_reply_error();
         exit;
     }}
-    if (is_method("INVITE") && ds_is_from_list("{dset}") && $sht(agents=>$rU) != $null) {{
+{is_agent}    if (is_method("INVITE") && ds_is_from_list("{dset}") && $var(is_agent) == 1) {{
         # a worker rings a human agent of a queue
         if (!lookup("location")) {{
             sl_send_reply("480", "Agent Not Registered");
@@ -283,14 +338,12 @@ REGISTRAR_ROUTE = """route[REGISTRAR] {{
         www_challenge("{realm}", "{qop}");
         exit;
     }}
-    if ($sht(agents=>$au) == $null || $au != $tU) {{
+    if ($au != $tU) {{
         xlog("L_WARN", "registration refused for '$au' as '$tU' from $si:$sp\n");
         sl_send_reply("403", "Forbidden");
         exit;
     }}
-    $var(password) = $sht(agents=>$au);
-    $var(rc) = pv_www_authenticate("{realm}", "$var(password)", "0");
-    if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
+{check_registrant}    if ($var(rc) == -5 || $var(rc) == -4 || $var(rc) == -6) {{
         www_challenge("{realm}", "{qop}");
         exit;
     }}
@@ -357,34 +410,103 @@ def callers_from_env(specs: list[str], option: str = "--caller") -> dict[str, st
 def write_kamailio_config(out_dir: str | Path, listen: str, workers: list[str], children: int = 4,
                           callers: dict[str, str] | None = None, realm: str = "callcenter",
                           pike_density: int = PIKE_DENSITY, pike_unit_s: int = PIKE_UNIT_S,
-                          agents: dict[str, str] | None = None, agent_networks: list[str] | None = None) -> Path:
+                          agents: dict[str, str] | None = None, agent_networks: list[str] | None = None,
+                          db: StoreUrl | None = None) -> Path:
     """`workers`: SIP URIs (sip:127.0.0.1:5070); `callers`: user → password for digest
     authentication of INVITEs (none: no authentication); `agents`: human agents (user → password)
     whose softphones register here and whom workers ring (none: no registrar); `pike_density`:
     requests one source address may send per `pike_unit_s` seconds before it is blocked. Returns
     the path of kamailio.cfg. `agent_networks`: networks (CIDR) an agent's phone may register a
-    contact in besides its own source address (phones behind a NAT or a PBX)."""
+    contact in besides its own source address (phones behind a NAT or a PBX). `db`: the store's
+    PostgreSQL, where Kamailio keeps callers, agents, registrations and the workers (the tables are
+    made and filled here: `provision_kamailio_db`); without it, all of that is in the config and in
+    Kamailio's memory."""
     nets = "".join(f' && !is_in_subnet("$var(chost)", "{_network(n)}")' for n in agent_networks or [])
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    dispatcher = out / "dispatcher.list"
-    dispatcher.write_text("# set destination flags priority attributes\n" + "".join(
-        f"{DISPATCHER_SET} {uri if uri.startswith('sip:') else 'sip:' + uri} 0 {len(workers) - i}\n"
-        for i, uri in enumerate(workers)))
+    workers = [uri if uri.startswith("sip:") else "sip:" + uri for uri in workers]
+    if db is not None:
+        if db.scheme != "postgresql":
+            raise ValueError(f"Kamailio keeps its tables in PostgreSQL, not {db.display}")
+        provision_kamailio_db(db, workers, callers or {}, agents or {}, realm)
+        db_url = kamailio_db_url(db)
+        dispatcher_source = f'modparam("dispatcher", "db_url", "{db_url}")'
+    else:
+        dispatcher = out / "dispatcher.list"
+        dispatcher.write_text("# set destination flags priority attributes\n" + "".join(
+            f"{DISPATCHER_SET} {uri} 0 {len(workers) - i}\n" for i, uri in enumerate(workers)))
+        dispatcher_source = f'modparam("dispatcher", "list_file", "{dispatcher}")'
     cfg = out / "kamailio.cfg"
-    auth = {"realm": realm, "qop": CHALLENGE_QOP}
+    auth = {"realm": realm, "qop": CHALLENGE_QOP, **_checks(db is not None, realm)}
+    usrloc = (f'modparam("usrloc", "db_url", "{kamailio_db_url(db)}")\nmodparam("usrloc", "db_mode", 1)'
+              if db is not None else 'modparam("usrloc", "db_mode", 0)')
+    modules = ""
+    if callers or agents:
+        modules = AUTH_MODULES.format(auth_checks=AUTH_CHECKS)
+        modules += DB_MODULES.format(db_url=kamailio_db_url(db), reload_s=DS_RELOAD_S) if db else HT_AUTH_MODULES
+    if agents:
+        modules += REGISTRAR_MODULES.format(usrloc=usrloc)
     text = CONFIG.format(children=children, listen=listen, mpath=module_dir(), agent_header=AGENT_HEADER,
                          no_answer_ms=NO_ANSWER_MS, pike_density=pike_density, pike_unit=pike_unit_s,
-                         dispatcher_list=dispatcher, dset=DISPATCHER_SET,
-                         auth_modules=(AUTH_MODULES.format(auth_checks=AUTH_CHECKS) if callers or agents else "")
-                         + (REGISTRAR_MODULES if agents else ""),
+                         dispatcher_source=dispatcher_source, dset=DISPATCHER_SET, auth_modules=modules,
                          auth_block=AUTH_BLOCK.format(**auth) if callers else "",
-                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET, agent_header=AGENT_HEADER, **auth) if agents else "",
+                         registrar_block=REGISTRAR_BLOCK.format(dset=DISPATCHER_SET, agent_header=AGENT_HEADER, **auth)
+                         if agents else "",
                          registrar_route=REGISTRAR_ROUTE.format(agent_networks=nets, **auth) if agents else "",
                          auth_events=_auth_events({"callers": callers or {}, "agents": agents or {}})
-                         if callers or agents else "")
+                         if (callers or agents) and db is None else "",
+                         db_routes=DB_ROUTES if db is not None and (callers or agents) else "")
     fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(cfg, 0o600)
     return cfg
+
+
+KAMAILIO_SQL = Path("/usr/share/kamailio/postgres")  # Debian's kamailio-postgres-modules
+KAMAILIO_TABLES = (("standard", "version"), ("auth_db", "subscriber"), ("usrloc", "location"),
+                   ("dispatcher", "dispatcher"))
+
+
+def kamailio_db_url(db: StoreUrl) -> str:
+    """Kamailio's own form of the store's URL (the password, from the environment, in the config
+    file, which is mode 600)."""
+    from urllib.parse import quote
+
+    password = db.password()
+    auth = quote(db.user, safe="") + (f":{quote(password, safe='')}" if password else "")
+    port = f":{db.port}" if db.port else ""
+    return f"postgres://{auth}@{db.host}{port}/{db.dbname}"
+
+
+def provision_kamailio_db(db: StoreUrl, workers: list[str], callers: dict[str, str], agents: dict[str, str],
+                          realm: str) -> None:
+    """Make Kamailio's tables in the store's database (from Debian's schema files) where they are
+    missing, and write the callers' and agents' credentials (HA1 only) and the workers. Rows of
+    other users and workers (another host's) are kept."""
+    import hashlib
+
+    import psycopg
+
+    for user in [*callers, *agents]:
+        if not USER.match(user):
+            raise ValueError(f"user name {user!r}: letters, digits and . _ + - only")
+    with psycopg.connect(db.conninfo(), autocommit=True) as conn:
+        have = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+        for module, table in KAMAILIO_TABLES:
+            if table not in have:
+                sql = (KAMAILIO_SQL / f"{module}-create.sql").read_text()
+                with conn.transaction():
+                    conn.execute(sql)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {AGENTS_TABLE} (LIKE subscriber INCLUDING ALL)")
+        conn.execute("INSERT INTO version(table_name, table_version) SELECT %s, table_version FROM version "
+                     "WHERE table_name = 'subscriber' ON CONFLICT (table_name) DO NOTHING", (AGENTS_TABLE,))
+        for table, users in (("subscriber", callers), (AGENTS_TABLE, agents)):
+            for user, password in users.items():
+                ha1 = hashlib.md5(f"{user}:{realm}:{password}".encode()).hexdigest()
+                conn.execute(f"DELETE FROM {table} WHERE username = %s", (user,))
+                conn.execute(f"INSERT INTO {table}(username, domain, ha1) VALUES(%s, '', %s)", (user, ha1))
+        for i, uri in enumerate(workers):
+            conn.execute("DELETE FROM dispatcher WHERE setid = %s AND destination = %s", (DISPATCHER_SET, uri))
+            conn.execute("INSERT INTO dispatcher(setid, destination, flags, priority) VALUES(%s, %s, 0, %s)",
+                         (DISPATCHER_SET, uri, len(workers) - i))

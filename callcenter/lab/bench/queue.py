@@ -16,7 +16,6 @@ with digest authentication, baresip callers. In order:
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from callcenter.lab.bench.call import (CALLER_LINES, _free_port, _media_summary,
                                        cpu_seconds)
 from callcenter.lab.fleet import Fleet, control_request as _api
 from callcenter.lab.softphone import Softphone, caller_audio, scripted_caller
+from callcenter.store.db import open_database
 from callcenter.voice.flite import flite_voice
 
 WRAP_UP_S = 1.0
@@ -91,11 +91,15 @@ def _until(predicate, timeout: float) -> bool:
     return False
 
 
-def ring_latencies(db: Path, wrap_up_s: float) -> list[float]:
+def ring_latencies(store: str, wrap_up_s: float) -> list[float]:
     """For each ring of an agent who had just become free while callers waited: ring time minus
     the moment they became free (login, or their last call's end plus wrap-up)."""
-    rows = sqlite3.connect(str(db)).execute(
-        "SELECT t, agent, kind FROM queue_log WHERE kind IN ('agent_login', 'done', 'ring') ORDER BY t").fetchall()
+    db = open_database(store)
+    try:
+        rows = db.execute("SELECT t, agent, kind FROM queue_log WHERE kind IN ('agent_login', 'done', 'ring') "
+                          "ORDER BY t")
+    finally:
+        db.close()
     free: dict[str, float] = {}
     out = []
     for t, agent, kind in rows:
@@ -110,7 +114,35 @@ def ring_latencies(db: Path, wrap_up_s: float) -> list[float]:
     return out
 
 
-def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3, hold_s: float = 20.0) -> dict:
+def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3, hold_s: float = 20.0,
+                stores: list[str] | None = None) -> dict:
+    """The bench on the embedded store, then on each of `stores` (a postgresql:// URL), in one run:
+    the same figures for each, side by side under `stores`."""
+    runs = {"sqlite (embedded)": None, **{_shown(url): url for url in stores or []}}
+    report: dict = {"benchmark": "queue", "workers": workers, "agents": agents, "callers": callers, "stores": {}}
+    for name, url in runs.items():
+        report["stores"][name] = _bench_queue_on(workers, callers, agents, hold_s, url)
+    return _write_report(out, report, Path(tempfile.gettempdir()))
+
+
+def _shown(url: str) -> str:
+    from callcenter.store.url import StoreUrl
+
+    return StoreUrl.parse(url).display
+
+
+def _transactions(url: str | None) -> int | None:
+    """Transactions the store has committed so far (PostgreSQL's own count; None for SQLite)."""
+    if url is None:
+        return None
+    db = open_database(url)
+    try:
+        return int(db.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[0][0])
+    finally:
+        db.close()
+
+
+def _bench_queue_on(workers: int, callers: int, agents: int, hold_s: float, store: str | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="callcenter-bench-queue-"))
     names = [f"agent{i}" for i in range(agents)]
     flow = work / "queue.yaml"
@@ -119,14 +151,16 @@ def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3,
     agents_yaml = "".join(f"    - {{name: {n}, logged_in: false}}\n" for n in names)
     fleet = Fleet(work / "fleet", flow, workers, _free_port(), balancer, rtp_port=30000,
                   extra_config=f"control: {{host: 127.0.0.1, port: {control}}}\n"
-                               f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n  agents:\n{agents_yaml}",
+                               + (f"store: '{store}'\n" if store else "")
+                               + f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n  agents:\n{agents_yaml}",
                   agents={n: AGENT_PASSWORD.format(i) for i, n in enumerate(names)})
     ai_mic = scripted_caller(CALLER_LINES, work, lead_s=9.0, gap_s=9.0, tail_s=6.0)
     person = flite_voice("I would like to talk to a person please.", work / "person.wav")
     hello = flite_voice("Hello, this is the service desk. How can I help?", work / "desk.wav")
     phones: list[Softphone] = []
-    report: dict = {"benchmark": "queue", "workers": workers, "agents": agents, "callers": callers}
+    report: dict = {}
     try:
+        xact0 = _transactions(store)
         fleet.start()
         _wait_warmed(fleet, 120)
         url = f"http://127.0.0.1:{control}"
@@ -198,7 +232,7 @@ def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3,
             time.sleep(0.5)
         served = _until(lambda: _api(url, token, "/api/queues")["queues"][0]["answered_today"] >= len(waiting), 240)
         time.sleep(8)
-        lat = ring_latencies(fleet.recordings / "queues.db", WRAP_UP_S)
+        lat = ring_latencies(fleet.store, WRAP_UP_S)
         report["agent_free_to_ring"] = {**_pct(lat), "max_ms": round(max(lat) * 1000, 1)} if lat else None
         report["answered"] = _api(url, token, "/api/queues")["queues"][0]["answered_today"]
         report["all_served"] = served
@@ -208,9 +242,14 @@ def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3,
         fleet.stop()
     every = [e for jsonl in fleet.calls() for e in read_events(jsonl)]
     report["media"] = _media_summary(every)
+    calls = len(fleet.calls())
+    xact = _transactions(store)
+    report["store_transactions_per_call"] = round((xact - xact0) / calls, 1) if xact is not None and calls else None
     report["note"] = ("agent_free_to_ring: from the agent becoming free (login, or the end of wrap-up) to the "
                       "worker sending the INVITE (the shared store's log; the INVITE then crosses Kamailio on "
                       "loopback). voice_to_voice: the AI turns of one scripted caller per worker, alone and "
                       "with 3 callers per worker in the queue, same run. capacity: the workers' CPU while "
-                      "`queued` callers hear hold music and announcements.")
-    return _write_report(out, report, work)
+                      "`queued` callers hear hold music and announcements. store_transactions_per_call: the "
+                      "store's committed transactions (PostgreSQL's own count, heartbeats and queue polls "
+                      "included) over the calls of the run.")
+    return report
