@@ -37,6 +37,7 @@ from callcenter.hearing.decoding import default_threads
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
+from callcenter.errors import CallcenterError
 from callcenter.telephony.config import ServerConfig, load_server_config
 from callcenter.telephony.sip import (SIP_OK, SUPERVISION_MODES, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint,
                                       SipError)
@@ -607,12 +608,16 @@ class CallServer:
         with self.store.transaction():
             self.calls.lost([worker])  # calls an earlier process on this address never finished
         cc = config.contact_center
+        check_queues(self.flows.current, config)
         if cc is not None:
             self.queues = QueueStore(self.store, worker, host=socket.gethostname(), version=_version())
             lost = self.queues.take_over()
             if lost:
                 log.warning("queue_callers_lost", calls=lost, reason="left by an earlier process on this address")
-            self.queues.define_agents([(a.name, cc.uri_of(a), tuple(a.skills), a.logged_in) for a in cc.agents])
+            removed = self.queues.define_agents([(a.name, cc.uri_of(a), tuple(a.skills), a.logged_in)
+                                                 for a in cc.agents])
+            if removed:
+                log.warning("agents_removed", agents=removed, reason="no longer in the server config")
             for flow_queue, q in self.flows.current.queues.items():
                 if not isinstance(q, str):
                     self.queues.define_queue(flow_queue, q.agents, q.skills, q.strategy, q.service_level_s)
@@ -806,6 +811,30 @@ class CallServer:
                 log.error("store_writes_lost", writes=len(self.outbox), note="the store did not answer before the stop")
             if self.queues is not None:
                 self.queues.forget_worker()
+
+
+def check_queues(flow, config: ServerConfig) -> None:
+    """A flow's queues against the server's contact center, at start: a queue of human agents
+    without a contact center is refused (it would fail only when a caller reached it), and an agent
+    a queue names who is not in the config is a warning with the nearest configured name."""
+    import difflib
+
+    queues = {name: q for name, q in flow.queues.items() if not isinstance(q, str)}
+    if not queues:
+        return
+    if config.contact_center is None:
+        raise CallcenterError(f"flow {flow.name!r} sends callers to the queue(s) {', '.join(sorted(queues))}, but the "
+                              "server config has no contact_center: section (its agents); add one, or make the "
+                              "queue a SIP URI")
+    known = [a.name for a in config.contact_center.agents]
+    for qname, q in queues.items():
+        for agent in q.agents:
+            if agent not in known:
+                near = difflib.get_close_matches(agent, known, n=1)
+                log.warning("queue_agent_unknown", queue=qname, agent=agent,
+                            hint=f"did you mean {near[0]!r}?" if near else "add them to contact_center.agents")
+        if not q.agents and not any(set(q.skills) & set(a.skills) for a in config.contact_center.agents):
+            log.warning("queue_without_agents", queue=qname, note="no configured agent takes its calls")
 
 
 def _version() -> str:

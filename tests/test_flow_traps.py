@@ -88,3 +88,114 @@ def test_a_date_of_birth_keeps_its_year_on_a_live_call(tmp_path, caller_voice):
             [(e["kind"], e.get("text")) for e in events if e["kind"] in ("agent_say", "stt_final")]
     finally:
         agent.stop()
+
+
+RECEPTION = """
+name: reception
+globals:
+  intents:
+    person:
+      examples: [speak to a person, the receptionist, the front desk]
+      next: desk
+start: menu
+nodes:
+  menu:
+    type: menu
+    prompt: Welcome to the dental practice.
+    on_failure: desk
+    options:
+      - {key: "1", label: booking an appointment, examples: [make an appointment, book a visit], next: book}
+      - {key: "2", label: cancelling an appointment, examples: [cancel my appointment], next: cancel}
+  book: {type: hangup, text: Booking.}
+  cancel: {type: hangup, text: Cancelling.}
+  desk: {type: hangup, text: Reception.}
+"""
+
+
+@pytest.mark.parametrize("said, goes", [
+    ("can I speak to the receptionist please", "desk"),
+    ("I'd like to speak to a person about my appointment", "desk"),
+    ("I want to make an appointment", "book"),
+    ("please cancel my appointment", "cancel"),
+])
+def test_a_global_intent_it_names_beats_a_loose_menu_match(tmp_path, said, goes):
+    """'can I speak to the receptionist please' once went to option 1 (booking, 0.513 by meaning),
+    though the global `person` intent lists 'the receptionist': an example said word for word now
+    beats a loose match, and the node's own longer phrase still beats a global's shorter one."""
+    from callcenter.dialog.embed import shared_encoder
+    from callcenter.dialog.engine import Dialog
+    from callcenter.dialog.flow import load_flow
+
+    path = tmp_path / "reception.yaml"
+    path.write_text(RECEPTION)
+    d = Dialog(load_flow(path), encoder=shared_encoder())
+    d.start()
+    d.on_utterance(said)
+    assert d.node_name == goes, d.last_decision
+
+
+DESK = """
+name: desk
+start: wait
+queues:
+  reception: {agents: [ana, ben], ring_timeout_s: 10}
+nodes:
+  wait: {type: transfer, queue: reception, on_failure: bye}
+  bye: {type: hangup, text: Goodbye.}
+"""
+
+
+def test_queue_and_agent_mistakes_are_said_at_start(tmp_path, store_url):
+    """A queue of people without a contact center is refused at start (it once failed only when a
+    caller reached it); an agent a queue names but the config lacks ('ben' against 'benn') is a
+    warning with the nearest name; an agent taken out of the config leaves the store, so it is
+    never shown available, counted free or offered for a transfer."""
+    from structlog.testing import capture_logs
+
+    from callcenter.dialog.flow import load_flow
+    from callcenter.errors import CallcenterError
+    from callcenter.server import check_queues
+    from callcenter.store.queues import QueueStore
+    from callcenter.telephony.config import ServerConfig
+
+    path = tmp_path / "desk.yaml"
+    path.write_text(DESK)
+    flow = load_flow(path)
+    with pytest.raises(CallcenterError, match="no contact_center"):
+        check_queues(flow, ServerConfig())
+    config = ServerConfig.model_validate({"contact_center": {"agents": [
+        {"name": "ana", "uri": "sip:ana@127.0.0.1"}, {"name": "benn", "uri": "sip:benn@127.0.0.1"}]}})
+    with capture_logs() as logs:
+        check_queues(flow, config)
+    assert [(e["event"], e["agent"], e["hint"]) for e in logs] == [("queue_agent_unknown", "ben", "did you mean 'benn'?")]
+    store = QueueStore(store_url, "w1")
+    store.define_agents([("ana", "sip:ana@h", (), True), ("ben", "sip:ben@h", (), True)])
+    assert store.define_agents([("ana", "sip:ana@h", (), True)]) == ["ben"]
+    assert [a.name for a in store.agents()] == ["ana"]
+
+
+def test_a_supervisors_sentence_during_a_voicemail_does_not_end_it():
+    """A typed `say` while a caller left a message once ended the recording as 'nothing said' (the
+    caller, listening, was quiet): the silence that ends a message does not count while the agent
+    talks over it."""
+    import asyncio
+
+    from callcenter.audio.frames import FRAME_BYTES
+    from callcenter.call.voicemail import VoicemailRecorder
+    from callcenter.hearing.turns import Ended, Started, Turn
+
+    async def main():
+        rec = VoicemailRecorder(None, max_s=60, end_silence_s=2.0)
+        quiet = bytes(FRAME_BYTES)
+        rec.heard(Started(0.0, False), 0.0)
+        rec.heard(Ended(Turn(b"", 0.0, 1.0), 0.0), 1.0)  # the caller spoke, then paused
+        for _ in range(400):  # 8 s of the supervisor's sentence over the caller's quiet line
+            rec.add(quiet, agent_talking=True)
+        assert not rec._done.done()
+        for _ in range(99):
+            rec.add(quiet)
+        assert not rec._done.done()
+        rec.add(quiet)  # 2 s of quiet after the agent stopped: now the message is over
+        assert await rec.done() == "silence" and rec.heard_speech
+
+    asyncio.run(main())

@@ -128,25 +128,28 @@ def center(request, tmp_path_factory):
         f"contact_center:\n  registrar: 127.0.0.1:{balancer}\n"
         "  agents:\n    - {name: alice}\n    - {name: bob}\n")).start()
     env = dict(os.environ, **{f"{u.upper()}_PW": p for u, p in PASSWORDS.items()})
-    subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--worker",
-                    agent.uri.replace("agent@", ""), "--listen", f"127.0.0.1:{balancer}", "--out", str(d / "cfg"),
-                    "--caller", "carol=CAROL_PW", "--agent", "alice=ALICE_PW", "--agent", "bob=BOB_PW",
-                    "--rate-limit", "200",
-                    *(["--db", request.getfixturevalue("postgres_server").new_database()]
-                      if request.param == "postgres" else [])], check=True, capture_output=True, env=env)
     log = d / "kamailio.log"
-    kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(d / "cfg" / "kamailio.cfg"), "-P", str(d / "k.pid")],
-                           stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-    uac = Uac()
-    # up when it answers OPTIONS
-    assert wait_for(lambda: _options_ok(uac, balancer), 10), log.read_text()[-3000:]
-    store = QueueStore(agent.store, "test")
-    yield {"kam": ("127.0.0.1", balancer), "worker": ("127.0.0.1", agent.sip_port), "agent": agent,
-           "store": store, "log": log, "uac": uac}
-    uac.close()
-    kam.terminate()
-    kam.wait(10)
-    agent.stop()
+    kam, uac = None, Uac()
+    try:
+        subprocess.run([sys.executable, "-m", "callcenter.cli", "kamailio-config", "--worker",
+                        agent.uri.replace("agent@", ""), "--listen", f"127.0.0.1:{balancer}", "--out",
+                        str(d / "cfg"), "--caller", "carol=CAROL_PW", "--agent", "alice=ALICE_PW", "--agent",
+                        "bob=BOB_PW", "--rate-limit", "200",
+                        *(["--db", request.getfixturevalue("postgres_server").new_database()]
+                          if request.param == "postgres" else [])], check=True, capture_output=True, env=env)
+        kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(d / "cfg" / "kamailio.cfg"), "-P",
+                                str(d / "k.pid")], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+        # up when it answers OPTIONS
+        assert wait_for(lambda: _options_ok(uac, balancer), 10), log.read_text()[-3000:]
+        store = QueueStore(agent.store, "test")
+        yield {"kam": ("127.0.0.1", balancer), "worker": ("127.0.0.1", agent.sip_port), "agent": agent,
+               "store": store, "log": log, "uac": uac}
+    finally:
+        uac.close()
+        if kam is not None:
+            kam.terminate()
+            kam.wait(10)
+        agent.stop()
 
 
 def _options_ok(uac: Uac, port: int) -> bool:

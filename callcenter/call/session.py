@@ -333,7 +333,7 @@ class CallSession:
                         self._on_key(outcome)
                 continue
             if self._voicemail is not None:
-                self._voicemail.add(line.caller.pcm)
+                self._voicemail.add(line.caller.pcm, agent_talking=self.agent_speaking)
             talking = self.agent_speaking and not self.dialog.finished
             for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=talking)):
                 self._carry_out(outcome, now)

@@ -48,13 +48,16 @@ class VoicemailRecorder:
         self.heard_speech = False
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
 
-    def add(self, pcm: bytes) -> None:
+    def add(self, pcm: bytes, agent_talking: bool = False) -> None:
+        """One frame of the caller's line. While the agent talks over the message (a supervisor's
+        typed sentence), the silence that would end it does not count: the caller is listening,
+        not done."""
         if self._done.done():
             return
         if self.writer is not None:
             self.writer.append(pcm)
         self.frames += 1
-        self.quiet_frames = 0 if self.talking else self.quiet_frames + 1
+        self.quiet_frames = 0 if self.talking or agent_talking else self.quiet_frames + 1
         if self.frames >= self.max_frames:
             self.finish("max_length")
         elif self.quiet_frames >= self.end_silence_frames * (1 if self.heard_speech else 2):

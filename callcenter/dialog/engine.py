@@ -480,11 +480,13 @@ class Dialog:
         if found := self._spoken_digits(node, text):
             return self._captured(node, found[0], found[1], via="speech")
         own = self._matchers[self.node_name].match(text)
+        answers = bool(node.slots) and any(self._slot_value(node.slots[n], text) is not None
+                                           for n in self._missing_slots(node))
+        if not answers and (glob := self._global_phrase(text)) is not None:
+            return glob
         if own.intent is None:
             # a global intent ("a pharmacist please") beats an answer to this node's question ("yes
             # please") only when it is unmistakable
-            answers = bool(node.slots) and any(self._slot_value(node.slots[n], text) is not None
-                                               for n in self._missing_slots(node))
             if (glob := self._global_match(text, GLOBAL_OVER_ANSWER if answers else 0.0)) is not None:
                 return glob
         if isinstance(node, LlmNode):
@@ -510,6 +512,18 @@ class Dialog:
         if m.intent is None or m.score < at_least:
             return None
         return self._go_global(m.intent, m.score, "global")
+
+    def _global_phrase(self, text: str) -> list[Action] | None:
+        """A global intent whose example the caller said word for word beats this node's loose match
+        ("can I speak to the receptionist please" is the receptionist, not menu option 1), unless
+        the node's own examples hold a longer phrase of the same sentence."""
+        hit = self._matchers[""].phrase(text)
+        if hit is None:
+            return None
+        own = self._matchers[self.node_name].phrase(text)
+        if own is not None and own[1] >= hit[1]:
+            return None
+        return self._go_global(hit[0], 1.0, "global_phrase")
 
     def _go_global(self, intent: str, score: float, via: str) -> list[Action]:
         self.last_decision = Decision(self.node_name, intent, score, via)

@@ -85,8 +85,20 @@ class SemanticMatcher:
         self.rules = rules
         self.encoder = encoder
         self._labels = [name for name, phrases in examples.items() for p in phrases if p.strip()]
+        self._phrases = [(name, " ".join(words(p))) for name, phrases in examples.items() for p in phrases]
         phrases = [p for ps in examples.values() for p in ps if p.strip()]
         self._vectors = encoder.encode(phrases) if encoder is not None and phrases else None
+
+    def phrase(self, text: str) -> tuple[str, int] | None:
+        """The intent one of whose example phrases the caller said word for word ("can I speak to
+        the receptionist please" holds "the receptionist"), and that phrase's length in words; the
+        longest such phrase wins. None when no example is said whole."""
+        said = f" {' '.join(words(text))} "
+        best: tuple[str, int] | None = None
+        for name, phrase in self._phrases:
+            if phrase and f" {phrase} " in said and (best is None or len(phrase.split()) > best[1]):
+                best = (name, len(phrase.split()))
+        return best
 
     def ranked(self, text: str) -> list[tuple[str, float]]:
         """Every intent with the cosine of its nearest example phrase to the text, nearest first."""

@@ -188,9 +188,11 @@ class QueueStore:
         self._tx(lambda: self._x("DELETE FROM workers WHERE worker=?", (self.worker,)))
 
     # ---- configuration
-    def define_agents(self, agents: list[tuple[str, str, tuple[str, ...], bool]]) -> None:
+    def define_agents(self, agents: list[tuple[str, str, tuple[str, ...], bool]]) -> list[str]:
         """(name, uri, skills, logged in at start) of the configured agents. An agent already known
-        keeps its state (another worker, or this one before a restart, set it)."""
+        keeps its state (another worker, or this one before a restart, set it). An agent no longer
+        in the config leaves the store (once off any call): never shown available, counted free or
+        offered for a transfer again. Returns the names removed."""
         def run():
             now = self.clock()
             for name, uri, skills, logged_in in agents:
@@ -198,7 +200,14 @@ class QueueStore:
                     "INSERT INTO agents(name, uri, skills, state, since, idle_since) VALUES(?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(name) DO UPDATE SET uri=excluded.uri, skills=excluded.skills",
                     (name, uri, json.dumps(list(skills)), "available" if logged_in else "logged_out", now, now))
-        self._tx(run)
+            keep = {name for name, *_ in agents}
+            gone = [name for (name,) in self._q("SELECT name FROM agents WHERE state NOT IN ('ringing', 'on_call')")
+                    if name not in keep]
+            for name in gone:
+                self._x("DELETE FROM agents WHERE name=?", (name,))
+                self._log(now, "", None, name, "agent_removed", None)
+            return gone
+        return self._tx(run)
 
     def define_queue(self, name: str, members: list[str], skills: list[str], strategy: str,
                      service_level_s: float) -> None:
