@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -565,7 +566,8 @@ def cmd_flows_check(args) -> int:
             flow = _flow(path)
             for warning in flow.warnings:
                 print(warning)
-            print(f"{path}: ok" + (f" ({len(flow.warnings)} warnings)" if flow.warnings else ""))
+            n = len(flow.warnings)
+            print(f"{path}: ok" + (f" ({n} warning{'s' if n != 1 else ''})" if n else ""))
         except UserFileError as exc:
             bad += 1
             print(str(exc))
@@ -1006,6 +1008,9 @@ def main(argv: list[str] | None = None) -> int:
     except CallcenterError as exc:
         print(f"callcenter: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `callcenter calls list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130
 

@@ -30,8 +30,11 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from callcenter.dialog.engine import Dialog, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer, Waiting
+from callcenter.call.simulated_queue import QueueScript
+from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
+                                      Waiting)
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, defined_variables, did_you_mean, load_flow
+from callcenter.dialog.llm_model import installed as model_built
 from callcenter.dialog.services import FlowServices
 from callcenter.yamlfile import UserFileError, load_model
 
@@ -71,7 +74,8 @@ class Expect(_Strict):
     not_path: list[str] = Field(default_factory=list, description="Nodes the call must not pass.")
     ends_at: str | None = Field(None, description="The last node.")
     variables: dict[str, Any] = Field(default_factory=dict, description="Variable values at the end (compared as text).")
-    transfer: str | None = Field(None, description="The SIP URI the caller was transferred to.")
+    transfer: str | None = Field(None, description="The SIP URI the caller was transferred to, or the queue of "
+                                                   "human agents (by name) whose agent answered.")
     ended_by: Literal["caller", "agent", "transfer"] | None = None
     max_turn_ms: float | None = Field(None, gt=0, description="Latency budget for every turn.")
     requests: list["ExpectedRequest"] = Field(default_factory=list, description=(
@@ -99,11 +103,26 @@ class Scenario(_Strict):
     at: dt.datetime | None = Field(None, description="The call's clock (hour, weekday), e.g. 2026-12-05 21:30.")
     variables: dict[str, Any] = Field(default_factory=dict, description="Variables set before the call starts.")
     transfer_fails: bool = Field(False, description="The SIP side refuses the transfer.")
+    llm: Literal["embedding", "hybrid", "model"] = Field("embedding", description=(
+        "What a `kind: local` llm node runs in this scenario, whatever this machine has built: the "
+        "example phrases alone (embedding, the default), the offline model behind them (hybrid), or the "
+        "model alone (model). A scenario that pins the model is skipped where it is not built."))
+    queue: QueueScript = Field(default_factory=QueueScript, description=(
+        "How the flow's queues of human agents behave in this scenario: an agent answers at once by "
+        "default; answers_after_s: N (null: nobody comes, the queue's max_wait_s runs out), "
+        "callback_after_s: N (the caller presses the callback key), agent: NAME."))
     http: dict[str, "Route"] = Field(default_factory=dict, description=(
         "Routes for this scenario only: they replace the file's routes of the same path (a 404 here, a "
         "200 in the next scenario)."))
     steps: list[Step] = Field(default_factory=list)
     expect: Expect = Field(default_factory=Expect)
+
+    @model_validator(mode="after")
+    def _checks_something(self) -> "Scenario":
+        if not self.steps and self.expect == Expect():
+            raise ValueError(f"scenario {self.name!r} has no steps and no expectation: it would pass whatever "
+                             "the flow does")
+        return self
 
 
 class Route(_Strict):
@@ -141,6 +160,8 @@ class Outcome:
     ended_by: str | None = None
     turn_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    llm_paths: list[str] = field(default_factory=list)  # the path each llm turn took (embedding, model, ...)
+    skipped: str | None = None
 
     def fail(self, message: str) -> None:
         self.passed = False
@@ -149,7 +170,8 @@ class Outcome:
     def report(self) -> dict:
         return {"name": self.name, "passed": self.passed, "failures": self.failures, "path": self.path,
                 "said": self.said, "transferred_to": self.transferred_to, "ended_by": self.ended_by,
-                "turn_ms": [round(x) for x in self.turn_ms], "seconds": round(self.seconds, 2)}
+                "turn_ms": [round(x) for x in self.turn_ms], "seconds": round(self.seconds, 2),
+                "llm_paths": self.llm_paths, "skipped": self.skipped}
 
 
 # ------------------------------------------------------------------ the loopback web server
@@ -308,6 +330,8 @@ class TextCall:
                 await self._carry_out(d.on_fetched(r.status, r.data, r.error))
             elif isinstance(action, Think):
                 r = await self.services.think(action, self._said)
+                self.out.llm_paths.append((r.reply.via if r.reply is not None else "") or self.services.local_path
+                                          or "provider")
                 await self._carry_out(d.on_thought(r.reply, r.error))
             elif isinstance(action, Record):
                 while self._steps and self._steps[0].expect is not None:
@@ -315,6 +339,14 @@ class TextCall:
                 message = self._steps.pop(0) if self._steps and self._steps[0].say is not None else None
                 words = len(message.say.split()) if message else 0
                 await self._carry_out(d.on_recorded(None, words / ESTIMATED_WORDS_PER_S))
+            elif isinstance(action, Enqueue):
+                result, _ = self.scenario.queue.outcome(action.settings.max_wait_s, action.settings.callback_key)
+                if result == "answered":
+                    self.out.transferred_to = f"queue:{action.queue}/{self.scenario.queue.agent}"
+                    self.out.ended_by = "transfer"
+                    self.ended = True
+                else:
+                    await self._carry_out(d.on_queue_left(result))
             elif isinstance(action, Transfer):
                 self.out.transferred_to = action.to
                 if self.scenario.transfer_fails:
@@ -354,7 +386,7 @@ async def run_audio(flow: Flow, scenario: Scenario, variables: dict, services: F
         else:
             expects += [step.expect] if isinstance(step.expect, str) else step.expect
     t0 = time.monotonic()
-    line = SimulatedLine(accept_transfer=not scenario.transfer_fails)
+    line = SimulatedLine(accept_transfer=not scenario.transfer_fails, queue=scenario.queue)
     result, events = await simulate_call(flow, steps, out_dir, stt, tts, call_id="scenario", line=line,
                                          services=services, variables=variables, now=scenario.at)
     out.seconds = time.monotonic() - t0
@@ -375,6 +407,16 @@ def _in_order(out: Outcome, phrases: list[str], what: str) -> None:
         if i == len(out.said):
             out.fail(f"{what} {phrase!r} (in order); it said {out.said!r}")
             return
+
+
+def _transferred_to(got: str | None, want: str) -> bool:
+    """A SIP URI as written, or a queue of agents by its name (`reception`, `queue:reception`, or
+    `queue:reception/ana` for the agent who answered)."""
+    if got is None:
+        return False
+    if got == want or got == f"queue:{want}":
+        return True
+    return got.startswith("queue:") and (got.split("/", 1)[0] in (want, f"queue:{want}"))
 
 
 def check(out: Outcome, expect: Expect) -> None:
@@ -398,7 +440,7 @@ def check(out: Outcome, expect: Expect) -> None:
         got = out.variables.get(name)
         if str(got) != str(want):
             out.fail(f"variable {name}: expected {want!r}, got {got!r}")
-    if expect.transfer and out.transferred_to != expect.transfer:
+    if expect.transfer and not _transferred_to(out.transferred_to, expect.transfer):
         out.fail(f"expected a transfer to {expect.transfer}; got {out.transferred_to}")
     if expect.ended_by and out.ended_by != expect.ended_by:
         out.fail(f"expected the call to be ended by {expect.ended_by}; it was ended by {out.ended_by}")
@@ -463,7 +505,7 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
     path = Path(path)
     spec, flow = load_scenarios(path)
     outcomes = []
-    services = FlowServices(flow)  # shared by the file's scenarios, as a server's calls share them
+    services: dict[str, FlowServices] = {}  # per llm path, shared by the file's scenarios as a server's calls share them
     stub = StubServer(spec.http) if spec.http else None
     if stub:
         await stub.__aenter__()
@@ -477,6 +519,11 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
             if stub:
                 variables.setdefault(spec.http.variable, stub.base_url)
                 stub.scenario(scenario.http)
+            if scenario.llm != "embedding" and not model_built():
+                out = Outcome(scenario.name, skipped=f"llm: {scenario.llm} needs the offline model (./scripts/setup --llm)")
+                outcomes.append(out)
+                continue
+            pinned = services.setdefault(scenario.llm, FlowServices(flow, local_path=scenario.llm))
             try:
                 if scenario.audio:
                     if stt is None or tts is None:
@@ -487,9 +534,9 @@ async def run_file(path: str | Path, only: str | None = None, stt=None, tts=None
                         tts = tts or make_tts(flow.voice)
                     root = out_root or Path(tempfile.mkdtemp(prefix="callcenter-test-"))
                     out_dir = root / _slug(path.stem) / _slug(scenario.name)
-                    out = await run_audio(flow, scenario, variables, services, path.parent, out_dir, stt, tts)
+                    out = await run_audio(flow, scenario, variables, pinned, path.parent, out_dir, stt, tts)
                 else:
-                    out = await TextCall(flow, scenario, variables, services, stt, path.parent).run()
+                    out = await TextCall(flow, scenario, variables, pinned, stt, path.parent).run()
             except Exception as exc:  # one broken scenario must not hide the others' results
                 log.exception("scenario_failed", scenario=scenario.name)
                 out = Outcome(scenario.name)
@@ -528,9 +575,16 @@ def run_scenarios(paths: list[str], only: str | None = None, json_out: Path | No
                 reports.append({"file": str(p), "error": exc.problems})
                 continue
             for out in outcomes:
+                if out.skipped:
+                    print(f"skip {p} :: {out.name}: {out.skipped}")
+                    reports.append({"file": str(p), **out.report()})
+                    continue
                 mark = "ok  " if out.passed else "FAIL"
-                budget = f" (turns {', '.join(f'{ms:.0f}' for ms in out.turn_ms)} ms)" if out.turn_ms else ""
-                print(f"{mark} {p} :: {out.name}{budget}")
+                turns = ", ".join(f"{ms:.0f}" for ms in out.turn_ms)
+                budget = (f" ({len(out.turn_ms)} turn{'s' if len(out.turn_ms) != 1 else ''}, the agent's first "
+                          f"words after {turns} ms)") if out.turn_ms else ""
+                llm_note = f" [llm: {', '.join(out.llm_paths)}]" if out.llm_paths else ""
+                print(f"{mark} {p} :: {out.name}{budget}{llm_note}")
                 for f in out.failures:
                     print(f"     - {f}")
                 passed += out.passed

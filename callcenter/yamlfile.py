@@ -104,7 +104,12 @@ class LocatedYaml:
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            raise UserFileError([f"{where}: invalid YAML: {exc.problem or exc}"]) from None
+            hint = ""
+            if "got '?'" in str(exc.problem or ""):  # `{text: Open?, next: c}`: the ? starts a key in { }
+                hint = "; inside { } or [ ] a text with ? in it must be in quotes ('Open?')"
+            elif "got '{'" in str(exc.problem or ""):  # `{text: Hello {name}.}`
+                hint = "; inside { } a text with {placeholders} must be in quotes ('Hello {name}.')"
+            raise UserFileError([f"{where}: invalid YAML: {exc.problem or exc}{hint}"]) from None
         except yaml.YAMLError as exc:
             raise UserFileError([f"{path}: invalid YAML: {exc}"]) from None
         duplicates = _duplicates(node, path)

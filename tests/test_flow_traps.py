@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +200,118 @@ def test_a_supervisors_sentence_during_a_voicemail_does_not_end_it():
         assert await rec.done() == "silence" and rec.heard_speech
 
     asyncio.run(main())
+
+
+QUEUED = """
+name: desk
+start: wait
+queues:
+  reception:
+    agents: [ana]
+    max_wait_s: 30
+    callback_key: "5"
+nodes:
+  wait: {type: transfer, queue: reception, on_timeout: voicemail, on_callback: noted, on_failure: bye}
+  voicemail: {type: voicemail, prompt: Nobody is free. Please leave a message., max_s: 5, next: bye}
+  noted: {type: say, text: We will call you back., next: bye}
+  bye: {type: hangup, text: Goodbye.}
+"""
+SCENARIOS = """
+flow: desk.yaml
+scenarios:
+  - name: a receptionist answers
+    expect: {transfer: reception, ended_by: transfer}
+  - name: nobody comes
+    queue: {answers_after_s: null}
+    expect: {path: [wait, voicemail], said: [leave a message]}
+  - name: the caller asks for a callback
+    queue: {answers_after_s: 60, callback_after_s: 10}
+    expect: {path: [wait, noted], said: [call you back]}
+"""
+
+
+def test_queue_transfers_are_tested_offline(tmp_path):
+    """`callcenter test` once ended a queue transfer 'by caller' (expect transfer: got None): a
+    scenario's simulated queue answers, never comes, or takes a callback request."""
+    from callcenter.flowtest import run_scenarios
+
+    (tmp_path / "desk.yaml").write_text(QUEUED)
+    (tmp_path / "desk-test.yaml").write_text(SCENARIOS)
+    passed, failed, reports = run_scenarios([str(tmp_path / "desk-test.yaml")], out_root=tmp_path / "out")
+    assert (passed, failed) == (3, 0), reports
+
+
+PINNED = """
+flow: ../../flows/triage.yaml
+scenarios:
+  - name: the embedding path, pinned by default
+    steps:
+      - say: I think I was charged twice this month
+    expect: {path: [greet, triage, account]}
+  - name: the model behind it
+    llm: hybrid
+    steps:
+      - say: I think I was charged twice this month
+    expect: {path: [greet, triage, account]}
+"""
+
+
+def test_a_scenario_pins_the_path_its_llm_nodes_take(tmp_path, monkeypatch):
+    """A scenario's result once depended on whether `callcenter llm build` had run (`kind: local`
+    silently became the hybrid): now it runs the embedding path unless it pins another, reports the
+    path each llm turn took, and a scenario pinned to the model is skipped where it is not built."""
+    import callcenter.flowtest as flowtest
+    from callcenter.flowtest import run_scenarios
+
+    monkeypatch.delenv("CALLCENTER_LLM", raising=False)  # as the README sets a machine up
+    monkeypatch.setattr(flowtest, "model_built", lambda: False)
+    d = tmp_path / "a" / "b"
+    d.mkdir(parents=True)
+    scenario = d / "pinned.yaml"
+    scenario.write_text(PINNED.replace("../../flows/triage.yaml", str(Path(flowtest.__file__).parent.parent / "flows" / "triage.yaml")))
+    passed, failed, reports = run_scenarios([str(scenario)], out_root=tmp_path / "out")
+    assert (passed, failed) == (1, 0), reports
+    assert reports[0]["llm_paths"] == ["embedding"] and reports[0]["skipped"] is None
+    assert "needs the offline model" in reports[1]["skipped"]
+
+
+@pytest.mark.parametrize("flow, said", [
+    ("name: f\nstart: a\nnodes:\n  a: {type: ask, prompt: 'Order?', slots: {ok: {type: yes_no}}, next: b, on_failure: c}\n"
+     "  b: {type: branch, cases: [{if: \"ok == 'yes'\", next: c}], else: c}\n  c: {type: hangup, text: Bye.}\n",
+     "'ok' is a yes/no slot"),
+    ("name: f\nhours: {timezone: Europe/Berlin}\nstart: c\nnodes:\n  c: {type: hangup, text: Bye.}\n",
+     "closed every day"),
+    ("name: f\nstart: a\nnodes:\n  a: {type: branch, cases: [{if: hour => 9, next: c}], else: c}\n"
+     "  c: {type: hangup, text: Bye.}\n", "`>=` instead of `=>`"),
+    ("name: f\nvariables: {customer: x}\nstart: c\nnodes:\n  c: {type: hangup, text: 'Bye {custmer}.'}\n",
+     "did you mean 'customer'"),
+    ("name: f\nstart: a\nnodes:\n  a: {type: say, text: Open?, next: c}\n  c: {type: hangup, text: Bye.}\n",
+     "in quotes"),
+])
+def test_mistakes_a_flow_author_makes_are_said(tmp_path, flow, said):
+    from callcenter.dialog.flow import load_flow
+    from callcenter.errors import CallcenterError
+
+    (tmp_path / "f.yaml").write_text(flow)
+    with pytest.raises(CallcenterError) as err:
+        load_flow(tmp_path / "f.yaml")
+    assert said in str(err.value), str(err.value)
+
+
+def test_a_scenario_that_checks_nothing_is_refused(tmp_path):
+    from callcenter.flowtest import run_scenarios
+
+    (tmp_path / "desk.yaml").write_text(QUEUED)
+    (tmp_path / "t.yaml").write_text("flow: desk.yaml\nscenarios:\n  - name: nothing at all\n")
+    passed, failed, reports = run_scenarios([str(tmp_path / "t.yaml")], out_root=tmp_path / "out")
+    assert (passed, failed) == (0, 1) and "no steps and no expectation" in str(reports), reports
+
+
+def test_a_cli_listing_piped_into_head_ends_quietly():
+    """`| head` once ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(["bash", "-c", f"{sys.executable} -m callcenter.cli flows schema | head -c 5"],
+                         capture_output=True, text=True)
+    assert run.stdout == "{\n  \"" and "Traceback" not in run.stderr, run.stderr

@@ -66,7 +66,7 @@ def test_grounding_takes_facts_from_the_node_never_from_the_caller():
 def test_a_corrupt_store_is_one_line_and_a_failing_worker_is_not_restarted_forever(tmp_path):
     rec = tmp_path / "recordings"
     rec.mkdir()
-    (rec / "queues.db").write_bytes(b"not a database" * 300)
+    (tmp_path / "callcenter.db").write_bytes(b"not a database" * 300)  # the store, beside the config
     config = tmp_path / "sip.yaml"
     config.write_text(f"listen: {{host: 127.0.0.1, port: {free_udp_port()}}}\nrecordings: {rec}\n"
                       "contact_center:\n  agents: [{name: ana, uri: 'sip:ana@127.0.0.1:5999'}]\n")
@@ -74,7 +74,8 @@ def test_a_corrupt_store_is_one_line_and_a_failing_worker_is_not_restarted_forev
              str(ROOT / "flows" / "support.yaml")]
     one = subprocess.run(serve, capture_output=True, text=True, timeout=120)
     assert one.returncode == 2
-    assert one.stderr.strip().splitlines()[-1] == f"callcenter: queue store {rec / 'queues.db'}: file is not a database"
+    assert one.stderr.strip().splitlines()[-1] == \
+        f"callcenter: store sqlite:///{tmp_path / 'callcenter.db'}: file is not a database"
     assert "Traceback" not in one.stderr
     pool = subprocess.run(serve + ["--workers", "2"], capture_output=True, text=True, timeout=300)
     assert pool.returncode == 2, pool.stderr[-2000:]

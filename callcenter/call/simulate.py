@@ -18,6 +18,7 @@ from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
+from callcenter.call.simulated_queue import QueueScript, SimulatedQueueWait
 from callcenter.dialog.flow import DTMF_DIGITS, Flow
 from callcenter.call.caller import EchoPath
 from callcenter.hearing.dtmf import dtmf_tone
@@ -68,15 +69,22 @@ class CallerStep:
 
 
 class SimulatedLine:
-    """The simulator's stand-in for a SIP dialog: it records what the agent asked the line to do."""
+    """The simulator's stand-in for a SIP dialog: it records what the agent asked the line to do.
+    Its queues of human agents are simulated (`queue`: an agent answers after a while, nobody
+    comes, or the caller asks for a callback)."""
 
     transfer_bridges = False
 
-    def __init__(self, accept_transfer: bool = True) -> None:
+    def __init__(self, accept_transfer: bool = True, queue: QueueScript | None = None) -> None:
         self.transferred_to: str | None = None
         self.hung_up = False
         self.accept_transfer = accept_transfer
         self.summary: str | None = None  # what a warm transfer told the person
+        self.queue = queue or QueueScript()
+        self.events: CallEvents | None = None  # set by simulate_call
+
+    def queue_wait(self, queue: str, settings, whisper: str, speak) -> SimulatedQueueWait:
+        return SimulatedQueueWait(queue, settings, self.queue, self.events)
 
     async def hangup(self) -> None:
         self.hung_up = True
@@ -116,6 +124,7 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
     events = CallEvents(call_id, out_dir / f"{call_id}.jsonl", clock=loop.time)
     bridge = MediaBridge(loop, recorder, Ambience(flow.ambience, seed=0), clock=loop.time)
     line = line or SimulatedLine()
+    line.events = events
     session = CallSession(call_id, flow, bridge, line, events, stt, tts, **session_args)
     agent_pcm = bytearray()
     caller_queue: list[bytes] = []

@@ -68,7 +68,8 @@ class Expr:
 # what people write out of habit from other languages, and what this language spells instead
 _HABITS = ((re.compile(r"&&"), "`and` instead of `&&`"), (re.compile(r"\|\|"), "`or` instead of `||`"),
            (re.compile(r"!(?!=)"), "`not` instead of `!`"), (re.compile(r"={3}"), "`==` instead of `===`"),
-           (re.compile(r"(?<![=!<>])=(?!=)"), "`==` to compare (`=` assigns, and expressions never assign)"))
+           (re.compile(r"=>"), "`>=` instead of `=>`"), (re.compile(r"=<"), "`<=` instead of `=<`"),
+           (re.compile(r"(?<![=!<>])=(?![=<>])"), "`==` to compare (`=` assigns, and expressions never assign)"))
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
 

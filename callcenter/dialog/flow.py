@@ -491,7 +491,7 @@ class Hours(_Strict):
 
     timezone: str = Field(description="IANA time zone, e.g. Europe/London or America/New_York; hour, "
                                       "minute, weekday, date and time are read in it.")
-    open: dict[str, str | list[str]] = Field(default_factory=dict, description=(
+    open: dict[str, str | list[str]] = Field(default_factory=dict, validate_default=True, description=(
         "Days -> opening times: {mon-fri: '09:00-17:30', sat: ['10:00-12:00', '13:00-16:00']}. Days not "
         "named are closed."))
     holidays: list[dt.date] = Field(default_factory=list, description="Dates closed all day (YYYY-MM-DD).")
@@ -510,6 +510,9 @@ class Hours(_Strict):
     @field_validator("open")
     @classmethod
     def _spans(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("hours without open: times are closed every day; name them, e.g. "
+                             "open: {mon-fri: '09:00-17:30'}")
         for days, spans in v.items():
             _days(days)
             for span in [spans] if isinstance(spans, str) else spans:
@@ -803,6 +806,21 @@ def _check_ask(name: str, node: AskNode, problems: list) -> None:
     _check_phrases(("nodes", name, "intents"), node.intents, problems)
 
 
+def yes_no_compared(expr, slots: set[str]) -> list[str]:
+    """Yes/no slots an expression compares with a string (`order == 'yes'`: always false, since the
+    slot holds true or false)."""
+    import ast
+
+    out = []
+    for node in ast.walk(expr.tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names = [s.id for s in sides if isinstance(s, ast.Name) and s.id in slots]
+            if names and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides):
+                out += names
+    return sorted(set(out))
+
+
 def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = frozenset(),
                whole: bool = True) -> list[tuple[tuple, str]]:
     """Problems a valid-shaped flow can still have, as (key path, message). `subflow`: the file is
@@ -825,6 +843,8 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
 
     known = defined_variables(flow) | set(extra_variables)
     sensitive = sensitive_variables(flow)
+    yes_no_slots = {n for node in flow.nodes.values() for n, slot in (getattr(node, "slots", None) or {}).items()
+                    if slot.type == "yes_no"}
     trusted = trusted_variables(flow)
     for name, node in flow.nodes.items():
         if getattr(node, "voice", None) is not None and (problem := voice_problem(node.voice.name)):
@@ -836,13 +856,19 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
             try:
                 for ph in template_names(text):
                     if ph.name not in known:
-                        problems.append((("nodes", name) + sub, f"unknown variable {ph.name!r} in template"))
+                        problems.append((("nodes", name) + sub, f"unknown variable {ph.name!r} in template"
+                                                                f"{did_you_mean(ph.name, known)}"))
             except ExprError as exc:
                 problems.append((("nodes", name) + sub, str(exc)))
         for sub, source in _expressions(node):
             try:
-                for var in sorted(parse_expr(source).names - known):
-                    problems.append((("nodes", name) + sub, f"unknown variable {var!r} in condition {source!r}"))
+                expr = parse_expr(source)
+                for var in sorted(expr.names - known):
+                    problems.append((("nodes", name) + sub, f"unknown variable {var!r} in condition {source!r}"
+                                                            f"{did_you_mean(var, known)}"))
+                for var in yes_no_compared(expr, yes_no_slots):
+                    problems.append((("nodes", name) + sub, f"{var!r} is a yes/no slot, true or false, never a word: "
+                                                            f"write `if: {var}` or `if: not {var}`"))
             except ExprError as exc:
                 problems.append((("nodes", name) + sub, str(exc)))
         for i, var in enumerate(getattr(node, "reveal", None) or []):

@@ -53,6 +53,24 @@ class Fetched:
     seconds: float
 
 
+def local_provider(path: str) -> LlmProvider:
+    """`kind: local` pinned to one path; ModelNotBuilt where the path needs the offline model."""
+    from callcenter.dialog.llm import LocalTriage
+    from callcenter.dialog.llm_model import installed
+    from callcenter.dialog.local_llm import HybridTriage, LocalLlm
+
+    if path == "embedding":
+        return LocalTriage()
+    if not installed():
+        raise ModelNotBuilt(f"the scenario pins llm: {path}, which needs the offline model "
+                            "(./scripts/setup --llm builds it)")
+    return HybridTriage() if path == "hybrid" else LocalLlm()
+
+
+class ModelNotBuilt(RuntimeError):
+    pass
+
+
 @dataclass
 class Thought:
     reply: LlmReply | None
@@ -61,14 +79,25 @@ class Thought:
     first_text_s: float | None
 
 
+LOCAL_PATHS = ("embedding", "hybrid", "model")  # what `kind: local` may be pinned to (flow scenarios)
+
+
 class FlowServices:
-    def __init__(self, flow: Flow, providers: dict[str, LlmProvider] | None = None):
+    def __init__(self, flow: Flow, providers: dict[str, LlmProvider] | None = None, local_path: str | None = None):
+        """`local_path`: pin what `kind: local` runs (embedding: the example phrases alone; hybrid:
+        the offline model behind them; model: the model alone), whatever this machine has built;
+        None: as the machine has it (a server)."""
         self.flow = flow
         self.providers = providers if providers is not None else {}
+        self.local_path = local_path
 
     def provider(self, name: str) -> LlmProvider:
         if name not in self.providers:
-            self.providers[name] = make_provider(self.flow.llm[name])
+            config = self.flow.llm[name]
+            if config.kind == "local" and self.local_path is not None:
+                self.providers[name] = local_provider(self.local_path)
+            else:
+                self.providers[name] = make_provider(config)
         return self.providers[name]
 
     def end_of_turn(self, name: str) -> Callable[[str], bool] | None:
