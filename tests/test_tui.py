@@ -381,3 +381,46 @@ def test_pilot_transfer_offers_the_flows_queues_and_the_free_agents():
 
     asyncio.run(go())
     assert sent == [("/api/calls/call-00/transfer", {"agent": "dave"})]
+
+
+def test_destructive_keys_ask_first_and_pause_toggles():
+    """`h` once dropped a live caller at once and `q` quit at once: both ask now (n keeps the call
+    and the console); `p` pauses and, on a paused call, resumes; `m` says it marked; `?` shows the
+    keys."""
+    from callcenter.supervisor.tui import Confirm, HelpScreen
+
+    sent = []
+
+    class Recording(Server):
+        async def post(self, path, body=None):
+            sent.append((path, body))
+            return {"ok": True, "call": {}}
+
+    async def go():
+        app = SupervisorApp([Recording("http://127.0.0.1:9", "t")], connect=False)
+        app.clock = lambda: 1796250000.0 + 8.0
+        async with app.run_test(size=(120, 36)) as pilot:
+            await feed(app, pilot, 2)
+            await pilot.press("h")
+            assert isinstance(app.screen, Confirm) and "goodbye" in str(app.screen.question)
+            await pilot.press("n")
+            await pilot.pause(0.1)
+            assert sent == []
+            await pilot.press("h", "y")
+            await pilot.pause(0.2)
+            assert sent[-1][0].endswith("/hangup")
+            await pilot.press("down")  # call-01, "taken over"
+            app.floor.calls[next(k for k in app.floor.calls if k.endswith("call-01"))].row["state"] = "paused"
+            await pilot.press("p")
+            await pilot.pause(0.2)
+            assert sent[-1][0] == "/api/calls/call-01/resume"
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.press("q")
+            assert isinstance(app.screen, Confirm) and "Quit" in str(app.screen.question)
+            await pilot.press("n")
+            await pilot.pause(0.1)
+            assert app.is_running
+
+    asyncio.run(go())

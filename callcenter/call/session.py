@@ -111,6 +111,9 @@ async def recorded_frames(pcm: bytes, burst: int = 50):
             await asyncio.sleep(0)
 
 
+SUPERVISOR_GOODBYE = "Thank you for calling. Goodbye."  # said before a supervisor's hang-up
+
+
 class CallSession:
     def __init__(
         self,
@@ -941,10 +944,13 @@ class CallSession:
         summary = f"A caller the supervisor is passing to you. {self.dialog.triage()}"
         self._speak_queue.put_nowait(Transfer(uri, "warm", summary, 20.0))
 
-    def supervisor_hangup(self) -> None:
+    def supervisor_hangup(self, goodbye: str = SUPERVISOR_GOODBYE) -> None:
+        """End the call from the console: the caller hears a goodbye first, never a line gone dead."""
         self.interrupt(reason="supervisor", emit=False)
         self.dialog.finished = True
         self.events.emit(ev.SUPERVISOR, action="hangup")
+        if goodbye:
+            self._speak_queue.put_nowait(Say(goodbye))
         self._speak_queue.put_nowait(Hangup())
 
     def mark(self, note: str) -> None:

@@ -164,6 +164,45 @@ class AskText(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class Confirm(ModalScreen[bool]):
+    """Yes or no before something that cannot be undone (hanging up on a caller, quitting)."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="ask"):
+            yield Label(self.question)
+            yield Label("y: yes   n or Esc: no")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+KEYS_HELP = """Calls (the selected one)
+  s  say a sentence to the caller          o  take over (the flow stops deciding)
+  p  pause / resume the agent              r  release (the flow decides again)
+  t  transfer (queue, agent or SIP URI)    m  mark for review, with a note
+  h  hang up (asks first; the caller hears a goodbye)
+  l  listen   w  whisper   b  barge in (your phone is called)   x  leave
+Screens
+  R  recordings    F  flows    Q  queues and agents    ?  this help
+  ctrl+p  the command palette (every action by name)    q  quit (asks first)
+Every screen: Esc or b goes back."""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="ask"):
+            yield Label("Keys", id="help-title")
+            yield Static(KEYS_HELP, id="help-keys")
+
+
 class PickTarget(ModalScreen[tuple[str, str] | None]):
     """Where to transfer the selected call: the flow's queues, the agents free now, or a typed URI.
     Returns (kind, value): ("queue", name), ("agent", name) or ("uri", "")."""
@@ -423,7 +462,8 @@ class SupervisorApp(App):
         Binding("R", "recordings", "Recordings"),
         Binding("F", "flows", "Flows"),
         Binding("Q", "queues", "Queues"),
-        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "ask_quit", "Quit"),
     ]
 
     def __init__(self, servers: list[Server], connect: bool = True, today: dt.date | None = None):
@@ -677,7 +717,13 @@ class SupervisorApp(App):
         await self._act("release")
 
     async def action_pause(self) -> None:
-        await self._act("pause")
+        """`p` pauses the selected call, and resumes it when it is paused."""
+        server, view = self._target()
+        if server is None:
+            return
+        paused = view.row.get("state") == "paused"
+        await self._act("resume" if paused else "pause")
+        self.notify("resumed" if paused else "paused: p again resumes")
 
     async def action_transfer(self) -> None:
         """Offer the call's flow's queues and the agents free now; a URI can still be typed."""
@@ -735,12 +781,35 @@ class SupervisorApp(App):
     async def action_leave(self) -> None:
         await self._supervise("leave")
 
-    async def action_hangup(self) -> None:
-        await self._act("hangup")
+    def action_hangup(self) -> None:
+        """Hang up on the selected caller, once the supervisor says yes: they hear a goodbye first."""
+        server, view = self._target()
+        if server is None:
+            return
+        caller = view.row.get("caller") or view.call_id
+
+        def then(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self._act("hangup"))
+            else:
+                self.notify("not hung up")
+        self.push_screen(Confirm(f"Hang up on {caller}? They hear a goodbye first."), then)
+
+    def action_ask_quit(self) -> None:
+        live = sum(1 for v in self.floor.calls.values() if not v.ended) if hasattr(self, "floor") else 0
+        self.push_screen(Confirm(f"Quit the console? ({live} live calls go on without you.)"),
+                         lambda yes: self.exit() if yes else None)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
 
     def action_mark(self) -> None:
-        self._ask("Mark for review (note):", "why",
-                  lambda note: self.run_worker(self._act("mark", {"note": note or "marked"})))
+        def then(note: str | None) -> None:
+            if note is None:  # Esc: not marked
+                return
+            self.run_worker(self._act("mark", {"note": note}))
+            self.notify(f"marked for review: {note}")
+        self._ask("Mark for review (note):", "why", then)
 
     def action_recordings(self) -> None:
         self.push_screen(RecordingsScreen())
