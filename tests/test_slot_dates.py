@@ -74,3 +74,40 @@ nodes:
     assert slot.order == "dmy"
     assert extract("date", "04/03/1985", TODAY, **slot.spec()) == "1985-03-04"
     assert extract("date", "4 March 1985", TODAY, **slot.spec()) == "1985-03-04"
+
+
+def test_a_date_of_birth_is_read_back_and_the_caller_can_correct_it(tmp_path):
+    """The read-back a date of birth needs: the value said as a date ("4 March 1985"), a no asks
+    again, a corrected value is read back in turn, a yes goes on."""
+    from callcenter.dialog.engine import Dialog, Say
+    from callcenter.dialog.flow import load_flow
+
+    path = tmp_path / "dob.yaml"
+    path.write_text("""
+name: dob
+hours: {timezone: Europe/Berlin, open: {mon-sun: "00:00-23:59"}}
+start: dob
+nodes:
+  dob:
+    type: ask
+    prompt: Please tell me your date of birth.
+    on_failure: bye
+    slots:
+      born: {type: date, when: past, confirm: "I have {born|date}. Is that right?"}
+    next: bye
+  bye: {type: hangup, text: "Thank you, {born|date}."}
+""")
+    d = Dialog(load_flow(path), now=dt.datetime(2026, 12, 7, 10, 0), encoder=None)
+    d.start()
+
+    def said(actions):
+        return " ".join(a.text for a in actions if isinstance(a, Say))
+
+    assert said(d.on_utterance("the fourth of March nineteen eighty five")) == "I have 4 March 1985. Is that right?"
+    assert said(d.on_utterance("no, the fifth of March nineteen eighty five")) == "I have 5 March 1985. Is that right?"
+    assert said(d.on_utterance("hmm")).startswith("Please say yes or no.")
+    assert said(d.on_utterance("no")) == "Sorry about that. Please tell me your date of birth."
+    assert "born" not in d.variables or d.variables["born"] in (None, "")
+    d.on_utterance("04/03/1985")
+    assert said(d.on_utterance("yes that's right")) == "Thank you, 4 March 1985."
+    assert d.variables["born"] == "1985-03-04" and d.path[-1] == "bye"

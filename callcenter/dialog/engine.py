@@ -14,7 +14,7 @@ from enum import StrEnum
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -29,7 +29,7 @@ from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNo
 from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
 from callcenter.text.pan import mask_cards
 from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
-from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok
+from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok, parse_yes_no
 from callcenter.voice.settings import VoiceSettings
 
 MAX_CHAIN = 50  # nodes passed without the caller's input; more is a flow bug, not a conversation
@@ -258,6 +258,7 @@ class Dialog:
         self.sensitive = sensitive_variables(flow)
         self._trusted = trusted_variables(flow)
         self.masked: dict[str, Any] = {}  # sensitive variables' values as prompts may show them
+        self.confirming: str | None = None  # the slot whose read-back awaits the caller's yes or no
         # what must never be stored or sent: env secrets, sensitive values, any card number; slots
         # the flow declares `sensitive: false` (an account or phone number) are not scanned for cards
         self.redactor = Redactor({n for node in flow.nodes.values() for n, slot in (getattr(node, "slots", None)
@@ -320,6 +321,7 @@ class Dialog:
             self.attempts = 0
             self.keyed = ""
             self.waiting = None
+            self.confirming = None
             node = self.node
             if isinstance(node, SayNode):
                 actions.append(self._say(node.text, node, recorded=True))
@@ -477,6 +479,8 @@ class Dialog:
         if confidence < node.min_confidence:
             self.last_decision = Decision(self.node_name, None, confidence, "low_confidence")
             return self._retry(node, node.no_match, no_match=True)
+        if self.confirming is not None and isinstance(node, AskNode):
+            return self._confirm_answer(node, text)
         if found := self._spoken_digits(node, text):
             return self._captured(node, found[0], found[1], via="speech")
         own = self._matchers[self.node_name].match(text)
@@ -496,7 +500,7 @@ class Dialog:
             if filled:
                 self.last_decision = Decision(self.node_name, None, 1.0, "slots",
                                               detail={k: self.masked.get(k, self.variables[k]) for k in filled})
-                return self._after_slots(node)
+                return self._after_slots(node, filled)
         if own.intent is None:
             self.last_decision = Decision(self.node_name, None, own.score, "no_match")
             return self._retry(node, node.no_match, no_match=True)
@@ -541,11 +545,44 @@ class Dialog:
                 filled.append(name)
         return filled
 
-    def _after_slots(self, node: AskNode) -> list[Action]:
+    def _after_slots(self, node: AskNode, filled: list[str] = ()) -> list[Action]:
+        for name in filled:
+            if node.slots[name].confirm:  # read the value back before going on
+                self.confirming = name
+                return [self._say(node.slots[name].confirm, node), self._listen_yes_no(node)]
         if self._missing_slots(node):
             self.attempts = 0
             return [self._say(self._ask_prompt(node), node), self._listen(node)]
         return self._enter(node.next)
+
+    def _listen_yes_no(self, node: AskNode) -> Listen:
+        return replace(self._listen(node), kind=Expecting.YES_NO, digits_min=0, digits_max=0)
+
+    def _confirm_answer(self, node: AskNode, text: str) -> list[Action]:
+        """The caller's answer to a slot's read-back: yes goes on; no asks for the value again; a new
+        value ("no, the fifth of March") is read back in turn; anything else asks for yes or no."""
+        name = self.confirming
+        slot = node.slots[name]
+        value = self._slot_value(slot, text) if slot.type != "yes_no" else None
+        if value is not None and value != self.variables.get(name):
+            self._keep(name, value)
+            self.last_decision = Decision(self.node_name, None, 1.0, "corrected",
+                                          detail={name: self.masked.get(name, value)})
+            return [self._say(slot.confirm, node), self._listen_yes_no(node)]
+        answer = parse_yes_no(text)
+        if answer is True:
+            self.confirming = None
+            self.last_decision = Decision(self.node_name, None, 1.0, "confirmed",
+                                          detail={name: self.masked.get(name, self.variables.get(name))})
+            return self._after_slots(node)
+        if answer is False:
+            self.confirming = None
+            self.variables.pop(name, None)
+            self.masked.pop(name, None)
+            self.last_decision = Decision(self.node_name, None, 1.0, "not_confirmed")
+            return [self._say(f"Sorry about that. {slot.prompt or node.prompt}", node), self._listen(node)]
+        self.last_decision = Decision(self.node_name, None, 0.0, "no_match")
+        return [self._say(f"Please say yes or no. {slot.confirm}", node), self._listen_yes_no(node)]
 
     def _captured(self, node, target: _DigitTarget, value: str, via: str) -> list[Action]:
         self.captured[target.name] = value
@@ -617,6 +654,8 @@ class Dialog:
                 return self._enter(g.on_no_input)
         if self.attempts >= node.max_attempts:
             return self._enter(node.on_failure)
+        if self.confirming is not None and isinstance(node, AskNode):  # silent or unclear at a read-back
+            return [self._say(f"{apology} {node.slots[self.confirming].confirm}", node), self._listen_yes_no(node)]
         if node.escalate:
             text = node.escalate[min(self.attempts, len(node.escalate)) - 1]
         else:

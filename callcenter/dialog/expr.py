@@ -20,7 +20,7 @@ from callcenter.errors import CallcenterError
 from callcenter.dialog.redact import Masked
 
 TRUE_WORDS = {"true": True, "false": False, "none": None, "null": None}
-FILTERS = ("digits", "upper", "lower")
+FILTERS = ("digits", "upper", "lower", "date")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -231,6 +231,8 @@ def render(text: str, variables: dict[str, Any], encode=None, raw: frozenset[str
         text = "" if value is None else _spoken(value)
         if filt == "digits":
             text = " ".join(ch for ch in text if ch.isalnum())
+        elif filt == "date":
+            text = spoken_date(text)
         elif filt == "upper":
             text = text.upper()
         elif filt == "lower":
@@ -239,6 +241,19 @@ def render(text: str, variables: dict[str, Any], encode=None, raw: frozenset[str
 
     filled = _PLACEHOLDER.sub(sub, text)
     return filled.strip() if encode else " ".join(filled.split())
+
+
+MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+               "November", "December")
+
+
+def spoken_date(text: str) -> str:
+    """`1985-03-04` → `4 March 1985` (`{born|date}`): how a date is read back to a caller. Anything
+    else is left as it is."""
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text.strip())
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        return text
+    return f"{int(m.group(3))} {MONTH_NAMES[int(m.group(2)) - 1]} {int(m.group(1))}"
 
 
 def _spoken(value: Any) -> str:

@@ -123,6 +123,10 @@ class Slot(_Strict):
     years: int | None = Field(None, ge=1, le=200,
                               description="date: how many years from today the date may lie (default 5 for "
                                           "future, 120 for past and any); a date out of range is not taken")
+    confirm: str | None = Field(
+        None, description="A read-back said once the value is heard, e.g. \"I have {born|date}. Is that right?\": "
+                          "a yes goes on, a no asks for the value again, and a corrected value (\"no, the fifth "
+                          "of March\") is read back in turn")
     order: Literal["mdy", "dmy", "ymd"] | None = Field(
         None, description="date: how the caller writes a numeric date such as 04/03/1985 (month first, day first "
                           "or year first). Default: from the flow's hours.timezone (month first in the United "
@@ -729,6 +733,7 @@ def _templates(node) -> list[tuple[tuple, str]]:
         out.append((("escalate", i), text))
     if isinstance(node, AskNode):
         out += [(("slots", n, "prompt"), s.prompt) for n, s in node.slots.items() if s.prompt]
+        out += [(("slots", n, "confirm"), s.confirm) for n, s in node.slots.items() if s.confirm]
     if isinstance(node, WebhookNode):
         out += [(("headers", k), v) for k, v in node.headers.items()]
         out += [(("body", k), v) for k, v in node.body.items() if isinstance(v, str)]
