@@ -583,12 +583,13 @@ def cmd_tui(args) -> int:
     urls = list(args.connect or [])
     recordings = Path(args.recordings)
     try:
-        if args.config:  # every worker of `serve --workers N --config C`: control ports control.port + i
+        if args.config:  # the fleet: every live worker the store knows, on every host
             from callcenter.telephony.config import load_server_config
-            from callcenter.workers import worker_control_urls
+            from callcenter.workers import fleet_control_urls, worker_control_urls
 
             cfg = load_server_config(args.config)
-            urls += worker_control_urls(cfg, args.workers)
+            found = fleet_control_urls(cfg) if args.workers is None else []
+            urls += found or worker_control_urls(cfg, args.workers or 1)
             recordings = Path(cfg.recordings)
         return run_tui(urls or ["http://127.0.0.1:8470"], args.token_file, recordings)
     except ValueError as exc:
@@ -904,8 +905,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "recordings/.control-token); never on the command line, where `ps` shows it")
     s.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: see cmd_tui
     s.add_argument("--recordings", default="recordings", help="where to look for .control-token")
-    s.add_argument("--config", default=None, help="connect to every worker of `serve --workers N` with this config")
-    s.add_argument("--workers", type=int, default=1, help="with --config: how many workers")
+    s.add_argument("--config", default=None, help="connect to every live worker of the fleet this server config's "
+                                                   "store knows, on every host")
+    s.add_argument("--workers", type=int, default=None,
+                   help="with --config: connect to this many workers of `serve --workers N` on this machine "
+                        "(control ports control.port + i) instead of asking the store")
     s.set_defaults(fn=cmd_tui)
 
     s = sub.add_parser("test", help="run flow scenarios: a simulated caller against a flow, with checks")

@@ -27,6 +27,7 @@ from callcenter.store.calls import CallRecords
 from callcenter.store.db import open_database
 from callcenter.store.queues import HEARTBEAT_S, QueueStore
 from callcenter.store.schema import migrate
+from callcenter.store.workers import WorkerRegistry
 from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
@@ -605,6 +606,7 @@ class CallServer:
             adopt_legacy_store(self.store, config.recordings)
         self.calls = CallRecords(self.store, worker, socket.gethostname())
         self.outbox = Outbox()
+        self.registry = WorkerRegistry(self.store, worker, socket.gethostname(), _version())
         with self.store.transaction():
             self.calls.lost([worker])  # calls an earlier process on this address never finished
         cc = config.contact_center
@@ -749,6 +751,17 @@ class CallServer:
                 log.error("queue_heartbeat_failed", error=str(exc))
             await asyncio.sleep(HEARTBEAT_S)
 
+    async def keep_registered(self) -> None:
+        """This worker's row in the store (address, host, version, free slots, control API), every
+        HEARTBEAT_S, off the loop: how the console finds the fleet."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(None, self.registry.beat, self.free_slots())
+            except Exception as exc:  # the store is away: calls go on, the console may miss this worker
+                log.warning("worker_heartbeat_failed", error=str(exc))
+            await asyncio.sleep(HEARTBEAT_S)
+
     async def keep_recordings(self, days: float) -> None:
         """Delete recordings older than `days`: now, then once a day (on a thread: a large folder
         must not hold up the calls)."""
@@ -785,6 +798,8 @@ class CallServer:
             except OSError as exc:
                 self.endpoint.stop()
                 raise SipError(f"cannot listen for the control API on {control.host}:{control.port}: {exc}") from None
+            self.registry.control = self.control.url
+        background.append(asyncio.create_task(self.keep_registered()))
         if self.config.webrtc is not None:
             try:
                 await self._start_webrtc()
@@ -811,6 +826,9 @@ class CallServer:
                 log.error("store_writes_lost", writes=len(self.outbox), note="the store did not answer before the stop")
             if self.queues is not None:
                 self.queues.forget_worker()
+            else:
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(None, self.registry.forget)
 
 
 def check_queues(flow, config: ServerConfig) -> None:

@@ -67,6 +67,23 @@ def worker_control_urls(config: ServerConfig, workers: int) -> list[str]:
     return [f"http://{config.control.host}:{config.control.port + i}" for i in range(workers)]
 
 
+def fleet_control_urls(config: ServerConfig) -> list[str]:
+    """The control APIs of every live worker the config's store knows (any host); [] if none."""
+    from callcenter.store.db import StoreError, open_database
+    from callcenter.store.workers import live_workers
+
+    try:
+        db = open_database(config.store_url())
+    except StoreError:
+        return []
+    try:
+        return [w.control for w in live_workers(db) if w.control]
+    except StoreError:  # a store not yet migrated (no worker has started on it)
+        return []
+    finally:
+        db.close()
+
+
 def worker_uris(config: ServerConfig, workers: int) -> list[str]:
     return [f"sip:{config.listen.host}:{config.listen.port + i}" for i in range(workers)]
 

@@ -107,3 +107,26 @@ def test_a_store_unreachable_at_start_is_one_line_naming_it(tmp_path):
         agent.start(timeout=120)
     last = [line for line in agent.log().splitlines() if line.strip()][-1]
     assert last.startswith("callcenter: store postgresql://cc@127.0.0.1:") and "unreachable" in last, last
+
+
+def test_the_console_finds_every_worker_of_the_fleet_in_the_store(tmp_path, postgres_server):
+    """Two workers (think two hosts: no shared folder, one PostgreSQL store) register with their
+    control APIs; `tui --config` finds both from the store alone, and a stopped one drops out."""
+    from callcenter.store.workers import live_workers
+    from callcenter.telephony.config import load_server_config
+    from callcenter.workers import fleet_control_urls
+
+    url = postgres_server.new_database()
+    agents = [AgentProcess(tmp_path / f"host{i}", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                           token=CONTROL_TOKEN, extra_config=f"store: '{url}'\n").start() for i in range(2)]
+    try:
+        config = load_server_config(agents[0].config)
+        assert wait_for(lambda: sorted(fleet_control_urls(config)) == sorted(a.control_url for a in agents), 10)
+        db = open_database(url)
+        rows = live_workers(db)
+        assert {r.worker for r in rows} == {f"127.0.0.1:{a.sip_port}" for a in agents} and all(r.host for r in rows)
+        agents[1].stop()
+        assert wait_for(lambda: fleet_control_urls(config) == [agents[0].control_url], 10)
+    finally:
+        for a in agents:
+            a.stop()

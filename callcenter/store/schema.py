@@ -69,9 +69,14 @@ class Migration:
     after: Callable[[Database], None] | None = None
 
 
+FLEET = """
+ALTER TABLE workers ADD COLUMN control TEXT NOT NULL DEFAULT ''
+"""
+
 MIGRATIONS = (
     Migration(1, "queues and agents", QUEUES, _retry_after),
     Migration(2, "one row per call; workers' host and version", CALLS),
+    Migration(3, "workers' control API, for the console to find the fleet", FLEET),
 )
 LATEST = MIGRATIONS[-1].version
 
