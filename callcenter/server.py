@@ -758,6 +758,9 @@ class CallServer:
         while True:
             try:
                 await loop.run_in_executor(None, self.registry.beat, self.free_slots())
+                lost = await loop.run_in_executor(None, self.registry.reap_calls, self.calls)
+                if lost:
+                    log.warning("calls_lost", calls=lost, reason="their worker stopped beating")
             except Exception as exc:  # the store is away: calls go on, the console may miss this worker
                 log.warning("worker_heartbeat_failed", error=str(exc))
             await asyncio.sleep(HEARTBEAT_S)

@@ -143,6 +143,13 @@ def test_six_callers_wait_in_one_queue_across_two_workers_and_reach_agents(tmp_p
         board = wait_until(lambda: (b := api(urls[1], token, "/api/queues"))["queues"][0]["waiting"] ==
                            len(survivors) and b, 20, "the dead worker's callers to leave the queue")
         assert [c["call_id"] for c in board["queues"][0]["callers"]] == survivors
+        # every call the dead worker had ends in the store as worker_lost; the others are still open
+        from callcenter.store.calls import CallRecords
+        from callcenter.store.db import open_database
+
+        rows = {c["call_id"]: c for c in CallRecords(open_database(fleet.store), "", "").between(0, time.time() + 60)}
+        assert all(rows[c]["outcome"] == "worker_lost" for c in order if on[c] == f"127.0.0.1:{sip}"), rows
+        assert all(rows[c]["outcome"] is None for c in survivors), rows
         # the agents log in (from the console's API), longest idle first: alice, then bob, then carol
         for n in PASSWORDS:
             assert api(urls[1], token, f"/api/agents/{n}/login", {})["state"] == "available"

@@ -36,6 +36,14 @@ class WorkerRegistry:
                 "host=excluded.host, version=excluded.version, control=excluded.control",
                 (self.worker, os.getpid(), self.clock(), free_slots, self.host, self.version, self.control))
 
+    def reap_calls(self, calls, stale_s: float = WORKER_STALE_S) -> int:
+        """Give the open calls of workers silent for `stale_s` their end (`worker_lost`). The workers'
+        rows stay for the queue store to clear (it removes their waiting callers too)."""
+        with self.db.transaction():
+            dead = [w for (w,) in self.db.execute("SELECT worker FROM workers WHERE seen < ? AND worker != ?",
+                                                  (self.clock() - stale_s, self.worker))]
+            return calls.lost(dead)
+
     def forget(self) -> None:
         with self.db.transaction():
             self.db.execute("DELETE FROM workers WHERE worker=?", (self.worker,))
