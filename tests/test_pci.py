@@ -176,3 +176,17 @@ def test_a_flows_own_names_never_collide_with_an_events_parameters(tmp_path):
     first, second = [json.loads(line) for line in (tmp_path / "c3.jsonl").read_text().splitlines()]
     assert first["kind"] == "flow_decision" and first["at"] == "10:30" and first["turn"] == 0
     assert second["t"] == 1.25
+
+
+def test_a_hosted_model_never_receives_a_card_number():
+    """What an llm node sends to a hosted model (OpenAI, Anthropic, Bedrock) passes the detector: a
+    caller who says their card number at an llm node, or earlier, is masked in the messages."""
+    from callcenter.dialog.engine import LlmRequest
+    from callcenter.dialog.llm import _messages
+
+    request = LlmRequest(node="help", provider="default", instructions="", knowledge=None, choices={}, slots={},
+                         tools={}, history=(("caller", f"my card is {CARD}"), ("agent", "Thanks.")),
+                         utterance="it is four one one one one one one one one one one one one one one one",
+                         time_budget_s=5, fallback="Sorry.")
+    sent = " ".join(m["content"] for m in _messages(request))
+    assert CARD not in sent and "one one one one one one one one" not in sent and "1111" in sent

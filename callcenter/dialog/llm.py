@@ -30,6 +30,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 import structlog
 
+from callcenter.text.pan import mask_cards
 from callcenter.errors import CallcenterError
 from callcenter.dialog.engine import LlmReply, LlmRequest
 from callcenter.dialog.flow import LlmProviderConfig
@@ -224,8 +225,11 @@ def _apply_tool(reply: LlmReply, name: str, raw_args: str) -> None:
 
 
 def _messages(request: LlmRequest) -> list[dict]:
-    msgs = [{"role": "user" if who == "caller" else "assistant", "content": text} for who, text in request.history]
-    msgs.append({"role": "user", "content": request.utterance})
+    """The conversation as a hosted model receives it: a card number never leaves the machine
+    (PCI; the rule parsers have read the caller's own words for slots already, here)."""
+    msgs = [{"role": "user" if who == "caller" else "assistant", "content": mask_cards(text)}
+            for who, text in request.history]
+    msgs.append({"role": "user", "content": mask_cards(request.utterance)})
     return msgs
 
 

@@ -16,6 +16,8 @@ with digest authentication, baresip callers. In order:
 
 from __future__ import annotations
 
+import json
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +25,7 @@ from pathlib import Path
 
 from callcenter.call.events import read_events
 from callcenter.call.latency import turn_latencies
-from callcenter.lab.bench.call import (CALLER_LINES, _free_port, _media_summary, _pct, _wait_warmed, _write_report,
-                                       cpu_seconds)
+from callcenter.lab.bench.call import CALLER_LINES, _free_port, _media_summary, _pct, _wait_warmed, cpu_seconds
 from callcenter.lab.fleet import Fleet, control_request as _api
 from callcenter.lab.softphone import Softphone, caller_audio, scripted_caller
 from callcenter.store.db import open_database
@@ -121,8 +122,14 @@ def bench_queue(out: Path, workers: int = 3, callers: int = 12, agents: int = 3,
     runs = {"sqlite (embedded)": None, **{_shown(url): url for url in stores or []}}
     report: dict = {"benchmark": "queue", "workers": workers, "agents": agents, "callers": callers, "stores": {}}
     for name, url in runs.items():
-        report["stores"][name] = _bench_queue_on(workers, callers, agents, hold_s, url)
-    return _write_report(out, report, Path(tempfile.gettempdir()))
+        work = Path(tempfile.mkdtemp(prefix="callcenter-bench-queue-"))
+        try:
+            report["stores"][name] = _bench_queue_on(work, workers, callers, agents, hold_s, url)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    return report
 
 
 def _shown(url: str) -> str:
@@ -142,8 +149,7 @@ def _transactions(url: str | None) -> int | None:
         db.close()
 
 
-def _bench_queue_on(workers: int, callers: int, agents: int, hold_s: float, store: str | None) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="callcenter-bench-queue-"))
+def _bench_queue_on(work: Path, workers: int, callers: int, agents: int, hold_s: float, store: str | None) -> dict:
     names = [f"agent{i}" for i in range(agents)]
     flow = work / "queue.yaml"
     flow.write_text(FLOW.format(agents=", ".join(names), wrap=WRAP_UP_S))
