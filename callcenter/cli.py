@@ -697,8 +697,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("serve", help="answer SIP calls with a flow")
-    s.add_argument("--config", default="sip_configs/local.yaml")
-    s.add_argument("--flow", default="flows/support.yaml")
+    s.add_argument("--config", default="sip_configs/local.yaml",
+                   help="the server config: SIP, media, store, control API, contact center (default %(default)s)")
+    s.add_argument("--flow", default="flows/support.yaml", help="the flow every call runs (default %(default)s)")
     s.add_argument("--stt-model", default=None, help="a faster-whisper model directory (default: tiny.en)")
     s.add_argument("--workers", type=int, default=1,
                    help="run N supervised worker processes on ports listen.port+i (put Kamailio in front)")
@@ -746,9 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_calls_list)
 
     s = sub.add_parser("demo", help="start the agent and place a real SIP call to it with baresip")
-    s.add_argument("--config", default="sip_configs/local.yaml")
-    s.add_argument("--flow", default="flows/support.yaml")
-    s.add_argument("--out", default="recordings/demo")
+    s.add_argument("--config", default="sip_configs/local.yaml", help="the server config (default %(default)s)")
+    s.add_argument("--flow", default="flows/support.yaml", help="the flow the demo call runs (default %(default)s)")
+    s.add_argument("--out", default="recordings/demo", help="where the demo call's recordings go (default %(default)s)")
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("simulate", help="run a whole call offline from caller WAV files")
@@ -892,7 +893,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("flows", help="flow files").add_subparsers(dest="flows_cmd", required=True)
     s = f.add_parser("check", help="check flow files, reporting file:line:col: problem")
-    s.add_argument("files", nargs="+")
+    s.add_argument("files", nargs="+", help="flow files (their sub-flows are checked with them)")
     s.set_defaults(fn=cmd_flows_check)
     s = f.add_parser("schema", help="print the JSON Schema of flow files (for yaml-language-server)")
     s.set_defaults(fn=cmd_flows_schema)

@@ -315,3 +315,16 @@ def test_a_cli_listing_piped_into_head_ends_quietly():
     run = subprocess.run(["bash", "-c", f"{sys.executable} -m callcenter.cli flows schema | head -c 5"],
                          capture_output=True, text=True)
     assert run.stdout == "{\n  \"" and "Traceback" not in run.stderr, run.stderr
+
+
+def test_every_argument_of_serve_check_and_demo_says_what_it_is():
+    from callcenter.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for path in (["serve"], ["flows", "check"], ["demo"]):
+        p = sub.choices[path[0]]
+        if len(path) > 1:
+            p = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction").choices[path[1]]
+        bare = [a.dest for a in p._actions if a.dest != "help" and not a.help]
+        assert not bare, (path, bare)

@@ -12,6 +12,9 @@ process (a 5th INVITE is answered 486 Busy Here); reading a frame's vector throu
 from __future__ import annotations
 
 import asyncio
+import sys
+import os
+import contextlib
 import collections
 import concurrent.futures
 import ctypes
@@ -235,6 +238,21 @@ class CallInfo:
         """The user part of the number dialled, from the Request-URI (never the To header, which
         the caller writes and Kamailio does not check), e.g. `*45`."""
         return uri_user(self.request_uri)
+
+
+@contextlib.contextmanager
+def _stdout_to_devnull():
+    """Hold the process's standard output (file descriptor 1) on /dev/null for a moment."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def uri_user(uri: str) -> str:
@@ -518,7 +536,8 @@ class SipEndpoint:
 
     def _init(self, ep: "pj.Endpoint") -> None:
         cfg = self.config
-        ep.libCreate()
+        with _stdout_to_devnull():  # pjlib prints its start-up lines before our log writer is set
+            ep.libCreate()
         ep_cfg = pj.EpConfig()
         ep_cfg.uaConfig.threadCnt = 0
         ep_cfg.uaConfig.mainThreadOnly = True

@@ -382,7 +382,15 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
                          "voices_in_file": len(model.voices)}}
     from callcenter.voice.ssm_tts import voice_names
 
-    for name in voices or voice_names():
+    known = voice_names()
+    names = [v.strip().removeprefix("ssm:") for v in voices or known]  # as flows write them, or bare
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        from callcenter.errors import CallcenterError
+
+        raise CallcenterError(f"unknown voice {', '.join('ssm:' + n for n in unknown)}; the ssm voices are "
+                             f"{', '.join('ssm:' + n for n in known)}")
+    for name in names:
         stats, audio = bench_ssm_voice(name, sentences)
         result["voices"][f"ssm:{name}"] = judged(stats, audio)
         likeness(name, stats, audio)
