@@ -424,3 +424,22 @@ def test_destructive_keys_ask_first_and_pause_toggles():
             assert app.is_running
 
     asyncio.run(go())
+
+
+def test_the_transcript_shows_what_the_flow_heard_and_a_keyed_number_on_one_line():
+    from callcenter.supervisor.floor import transcript_lines
+
+    def e(kind, **data):
+        return {"kind": kind, "call_id": "c", "t": 0.0, "wall": 0.0, "turn": 1, **data}
+
+    lines = transcript_lines([
+        e("stt_final", text="my date of birth is the fourth of March 1985"),
+        e("flow_decision", node="dob", intent=None, score=1.0, via="slots", next_node="acct", born="1985-03-04"),
+        *[x for d in "4721" for x in (e("dtmf", digit=d, source="rfc4733"),
+                                      e("flow_decision", node="acct", intent=None, score=0.0, via="keypad",
+                                        next_node="acct"))],
+        e("flow_decision", node="acct", intent=None, score=1.0, via="keypad", next_node="done", value="4721"),
+    ])
+    assert lines == [("caller", "my date of birth is the fourth of March 1985"),
+                     ("flow", "dob → acct (slots, born: 1985-03-04)"), ("keypad", "4721"),
+                     ("flow", "acct → done (keypad, value: 4721)")]

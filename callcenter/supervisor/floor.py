@@ -13,6 +13,8 @@ from typing import Any
 from callcenter.call.latency import turn_latencies
 
 MAX_EVENTS_PER_CALL = 2000
+# a flow_decision's own fields; anything else in it is a slot the flow heard
+DECISION_FIELDS = frozenset({"kind", "call_id", "t", "wall", "turn", "node", "intent", "score", "via", "next_node"})
 MAX_FINISHED = 200  # ended calls kept for the aggregates and a last look
 # the stages of a turn, in order, as the waterfall shows them: (label, field of turn_latencies)
 WATERFALL = (("end of turn", "endpoint"), ("STT final", "stt"), ("flow", "flow"), ("LLM/webhook", "wait"),
@@ -27,12 +29,19 @@ def transcript_lines(events) -> list[tuple[str, str]]:
         if kind == "stt_final" and e.get("text"):
             out.append(("caller", e["text"]))
         elif kind == "dtmf" and not e.get("ignored"):
-            out.append(("keypad", e["digit"]))
+            if out and out[-1][0] == "keypad":  # a number keyed is one line, not one line a key
+                out[-1] = ("keypad", out[-1][1] + e["digit"])
+            else:
+                out.append(("keypad", e["digit"]))
         elif kind == "agent_say":
             out.append(("agent", e["text"]))
         elif kind == "flow_decision":
+            if e.get("via") == "keypad" and e.get("next_node") == e.get("node"):
+                continue  # a key of a number still being keyed: the keypad line says it
             what = e.get("intent") or e.get("via")
-            out.append(("flow", f"{e.get('node')} → {e.get('next_node')} ({what})"))
+            slots = {k: v for k, v in e.items() if k not in DECISION_FIELDS}
+            shown = "".join(f", {k}: {v}" for k, v in slots.items())  # what the flow heard (masked if sensitive)
+            out.append(("flow", f"{e.get('node')} → {e.get('next_node')} ({what}{shown})"))
         elif kind == "supervisor":
             out.append(("supervisor", e.get("text") or e.get("action", "")))
         elif kind == "transfer" and "accepted" in e:
