@@ -41,3 +41,39 @@ def test_the_first_flow_tutorial_runs_as_written(tmp_path):
     (tmp_path / "pharmacy-test.yaml").write_text(yaml.safe_dump(scenarios[0], sort_keys=False))
     passed, failed, reports = run_scenarios([str(tmp_path / "pharmacy-test.yaml")], out_root=tmp_path / "out")
     assert failed == 0 and passed == len(scenarios[0]["scenarios"]), reports
+
+
+def readme_as_docs_index() -> str:
+    """docs/index.md is the README with its links made relative to docs/ (the site's home page)."""
+    text = (ROOT / "README.md").read_text()
+    text = text.replace("](docs/", "](")
+    return text.replace("[CHANGELOG.md](CHANGELOG.md) says what changed.", "`CHANGELOG.md` in the repository says what changed.")
+
+
+def test_the_readme_is_a_short_users_guide_and_the_sites_home():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert (ROOT / "docs" / "index.md").read_text() == readme_as_docs_index(), \
+        "run: python -c 'from tests.test_docs import readme_as_docs_index as r; open(\"docs/index.md\",\"w\").write(r())'"
+    for flow in [yaml.load(b, Loader=__import__("callcenter.yamlfile", fromlist=["YamlLoader"]).YamlLoader)
+                 for b in FENCE.findall(readme)]:
+        if isinstance(flow, dict) and {"name", "start", "nodes"} <= set(flow):
+            import tempfile
+
+            from callcenter.dialog.flow import load_flow
+
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / "flow.yaml").write_text(yaml.safe_dump(flow, sort_keys=False))
+                load_flow(Path(d) / "flow.yaml")
+
+
+def test_the_docs_site_builds_strictly(tmp_path):
+    """`mkdocs build --strict`: every page in the nav, every link to a page that exists."""
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "site" / "store" / "index.html").exists()
