@@ -36,6 +36,14 @@ def main() -> int:
                              hold_s=args.hold_s, stores=[pg.new_database()])
     finally:
         pg.close()
+    import platform
+    import subprocess
+
+    report["made_by"] = "benchmarks/queue_stores.py " + " ".join(sys.argv[1:])
+    report["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                      text=True).stdout.strip()
+    report["machine"] = f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores"
+    Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps({k: {m: v.get(m) for m in ("agent_free_to_ring", "voice_to_voice", "store_transactions_per_call",
                                                    "all_served")} for k, v in report["stores"].items()}, indent=1))
     return 0
