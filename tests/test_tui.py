@@ -173,7 +173,7 @@ def test_pilot_takes_over_a_live_sip_call(tmp_path, stt):
             await pilot.press("m")
             await pilot.press(*"review this", "enter")
             assert await wait_for(pilot, lambda: view.row.get("marked") == "review this")
-            await pilot.press("h")
+            await pilot.press("h", "y")  # hang up asks first
             assert await asyncio.to_thread(phone.wait_ended, 15)
             assert await wait_for(pilot, lambda: table.row_count == 0)
             said_at = next(e["t"] for e in view.events if e["kind"] == "supervisor" and e.get("action") == "say")
