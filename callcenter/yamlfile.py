@@ -156,17 +156,48 @@ def load_model(path: str | Path, model: type[M], context: dict[str, Any] | None 
     try:
         return model.model_validate(doc.data, context=context), doc
     except ValidationError as exc:
-        raise UserFileError(validation_problems(doc, exc)) from None
+        raise UserFileError(validation_problems(doc, exc, model=model)) from None
 
 
-def validation_problems(doc: LocatedYaml, exc: ValidationError, prefix: tuple = ()) -> list[str]:
-    """pydantic's errors as `file:line:col: field: message`; `prefix`: where the validated part sits."""
+def field_names(model: type[BaseModel], seen: set | None = None) -> set[str]:
+    """Every field name of `model` and of the models inside it: the words a misspelt key is near."""
+    import typing
+
+    seen = seen if seen is not None else set()
+    if model in seen:
+        return set()
+    seen.add(model)
+    names = set(model.model_fields)
+    for f in model.model_fields.values():
+        stack = [f.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                names |= field_names(t, seen)
+            stack += list(typing.get_args(t))
+    return names
+
+
+def validation_problems(doc: LocatedYaml, exc: ValidationError, prefix: tuple = (),
+                        model: type[BaseModel] | None = None) -> list[str]:
+    """pydantic's errors as `file:line:col: field: message`; `prefix`: where the validated part sits;
+    `model`: the keys a misspelt one may have meant."""
+    import difflib
+
     problems = []
+    known = field_names(model) if model is not None else set()
     for err in exc.errors():
         loc = doc.file_loc(prefix + tuple(err["loc"]))
         if err["type"] == "union_tag_invalid":  # point at the bad tag, not at the whole entry
             loc += (err["ctx"]["discriminator"].strip("'"),)
-        problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {err['msg']}")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            if loc[-1] in known:  # a real key, of another kind of entry
+                msg = f"{loc[-1]!r} is not a key here"
+            else:
+                near = difflib.get_close_matches(loc[-1], sorted(known), n=1, cutoff=0.7)
+                msg = f"unknown key {loc[-1]!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+        problems.append(f"{doc.where(loc)}: {_field_name(loc)}: {msg}")
     return problems
 
 

@@ -98,7 +98,7 @@ def scrape(agent) -> dict[str, dict[tuple, float]]:
 # holds the tests that place calls in real time (marked sip or slow), one at a time; `offline` holds
 # the rest, CPU work on a clock of its own (the quick tier and the slow files below), on one thread.
 SHARD_ENV = "CALLCENTER_TEST_SHARD"
-OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_simulate.py", "test_cli.py", "test_scenarios.py",
+OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_simulate.py", "test_cli.py", "test_scenarios.py", "test_security_files.py",
                       "test_local_llm.py", "test_stt_weights.py"}
 
 

@@ -476,5 +476,5 @@ def test_one_run_shows_every_problem(tmp_path):
     where = str(tmp_path / "flow.yaml")
     assert ps == [f"{where}:8:3: nodes.question.on_failure: Field required",
                   f"{where}:8:3: nodes.question: an ask node needs intents or slots",
-                  f"{where}:13:5: nodes.bye.next: Extra inputs are not permitted",
+                  f"{where}:13:5: nodes.bye.next: 'next' is not a key here",
                   f"{where}:17:5: unknown node 'byee' (did you mean 'bye'?)"]

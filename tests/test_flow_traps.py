@@ -328,3 +328,20 @@ def test_every_argument_of_serve_check_and_demo_says_what_it_is():
             p = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction").choices[path[1]]
         bare = [a.dest for a in p._actions if a.dest != "help" and not a.help]
         assert not bare, (path, bare)
+
+
+def test_misspelt_keys_and_queues_get_a_suggestion(tmp_path):
+    from callcenter.dialog.flow import load_flow
+    from callcenter.errors import CallcenterError
+
+    (tmp_path / "f.yaml").write_text("name: f\nstrat: c\nnodes:\n  c: {type: transfer, queue: recepton, "
+                                     "on_falure: c}\nqueues: {reception: 'sip:r@h'}\n")
+    with pytest.raises(CallcenterError) as err:
+        load_flow(tmp_path / "f.yaml")
+    said = str(err.value)
+    assert "unknown key 'strat' (did you mean 'start'?)" in said
+    assert "unknown key 'on_falure' (did you mean 'on_failure'?)" in said
+    (tmp_path / "f.yaml").write_text("name: f\nstart: c\nnodes:\n  c: {type: transfer, queue: recepton}\n"
+                                     "queues: {reception: 'sip:r@h'}\n")
+    with pytest.raises(CallcenterError, match=r"unknown queue 'recepton' \(did you mean 'reception'\?\)"):
+        load_flow(tmp_path / "f.yaml")

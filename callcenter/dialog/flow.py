@@ -901,7 +901,7 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
                 problems.append((("nodes", name), "an llm node needs choices or next"))
             _check_phrases(("nodes", name, "choices"), node.choices, problems)
         elif isinstance(node, TransferNode) and node.queue is not None and node.queue not in flow.queues:
-            problems.append((("nodes", name, "queue"), f"unknown queue {node.queue!r}"))
+            problems.append((("nodes", name, "queue"), f"unknown queue {node.queue!r}{did_you_mean(node.queue, flow.queues)}"))
         if isinstance(node, (AskNode, MenuNode, LlmNode)):
             for gname, g in flow.globals.intents.items():
                 local = [i.keypad for i in getattr(node, "intents", {}).values()] + \
@@ -1113,7 +1113,7 @@ def _validate(path: Path) -> tuple[Flow, LocatedYaml, list[str]]:
             try:
                 good[name] = _NODE.validate_python(raw)
             except ValidationError as exc:
-                found = validation_problems(doc, exc, ("nodes", name))
+                found = validation_problems(doc, exc, ("nodes", name), model=Flow)
                 # the node's own rules run only once its fields are right: say them now as well
                 if isinstance(raw, dict) and raw.get("type") == "ask":
                     for rule in ask_rules(raw.get("intents"), raw.get("slots"), raw.get("next")):
@@ -1125,7 +1125,7 @@ def _validate(path: Path) -> tuple[Flow, LocatedYaml, list[str]]:
     try:
         flow = Flow.model_validate(data)
     except ValidationError as exc:
-        raise UserFileError(shape + validation_problems(doc, exc)) from None
+        raise UserFileError(shape + validation_problems(doc, exc, model=Flow)) from None
     return flow, doc, shape
 
 
