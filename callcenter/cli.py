@@ -32,10 +32,35 @@ def cmd_simulate(args) -> int:
     from callcenter.voice.speaker import make_tts
 
     flow = _flow(args.flow)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = []
+    for i, spec in enumerate(args.caller):
+        if spec.startswith("say:"):  # a text caller: the words spoken in the scenarios' caller voice
+            from callcenter.audio.frames import float_to_pcm
+            from callcenter.audio.wavfile import write_wav
+            from callcenter.call.caller import speak
+            from callcenter.flowtest import CALLER_VOICE
+
+            if not spec[4:].strip():
+                raise CliError(f"{spec!r}: expected say:<what the caller says>")
+            wav = out / f"caller-{i}.wav"
+            write_wav(wav, float_to_pcm(speak(spec[4:].strip(), CALLER_VOICE)))
+            spec = str(wav)
+        specs.append(spec)
     try:
-        steps = [CallerStep.parse(s) for s in args.caller]
+        steps = [CallerStep.parse(s) for s in specs]
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    now = None
+    if args.at:
+        from callcenter.flowtest import parse_at
+        from callcenter.yamlfile import UserFileError
+
+        try:
+            now = parse_at(args.at)
+        except UserFileError as exc:
+            raise CliError(str(exc)) from None
     for s in steps:
         if s.wav and not s.wav.exists():
             raise CliError(f"{s.wav}: no such file")
@@ -44,7 +69,7 @@ def cmd_simulate(args) -> int:
     from callcenter.call.caller import EchoPath
 
     echo = EchoPath(gain_db=-args.echo_loss) if args.echo_loss is not None else None
-    call = simulate_call(flow, steps, Path(args.out), stt, tts, echo=echo)
+    call = simulate_call(flow, steps, out, stt, tts, echo=echo, **({"now": now} if now else {}))
     if args.fast:
         from callcenter.call.virtual_clock import run_virtual
 
@@ -755,9 +780,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="run a whole call offline from caller WAV files")
     s.add_argument("--flow", required=True)
     s.add_argument("--caller", nargs="+", required=True,
-                   help="WAV files said in turn; dtmf:D presses a key (RFC 4733), tone:D plays its tone in "
-                        "the audio; silence:S stays quiet S seconds; over:S:F.wav says F.wav S seconds "
-                        "into the agent's next prompt, over it")
+                   help="WAV files said in turn; say:TEXT says TEXT in a synthetic caller's voice; dtmf:D presses "
+                        "a key (RFC 4733), tone:D plays its tone in the audio; silence:S stays quiet S seconds; "
+                        "over:S:F.wav says F.wav S seconds into the agent's next prompt, over it")
+    s.add_argument("--at", default=None, metavar="WHEN",
+                   help="the call's clock, for hours and holidays: like 2026-12-24T18:30 Europe/London")
     s.add_argument("--echo-loss", type=float, default=None, metavar="DB",
                    help="the agent's voice echoes back on the caller's line this many dB down (e.g. 15)")
     s.add_argument("--out", required=True)

@@ -345,3 +345,22 @@ def test_misspelt_keys_and_queues_get_a_suggestion(tmp_path):
                                      "queues: {reception: 'sip:r@h'}\n")
     with pytest.raises(CallcenterError, match=r"unknown queue 'recepton' \(did you mean 'reception'\?\)"):
         load_flow(tmp_path / "f.yaml")
+
+
+@pytest.mark.slow  # loads the recognizer and the voice
+def test_simulate_takes_a_clock_and_text_callers(tmp_path):
+    """`simulate --at` sets the call's clock (hours, holidays) and `say:` callers need no WAV file."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+
+    def run(at: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "callcenter.cli", "simulate", "--flow",
+                               str(root / "flows" / "after_hours.yaml"), "--caller", "say:hello", "--at", at,
+                               "--out", str(tmp_path / at[:10]), "--fast"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert "Connecting you now" in run("2026-12-23T10:00")  # a Wednesday morning: open
+    assert "Connecting you now" not in run("2026-12-26T10:00")  # a Saturday: closed
