@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from callcenter.errors import CallcenterError
 from callcenter import logs
+from callcenter.errors import CallcenterError
 from callcenter.telephony.kamailio import PIKE_DENSITY, PIKE_UNIT_S
 from callcenter.yamlfile import UserFileError
 
@@ -114,10 +114,8 @@ DEFAULT_TRAIN_VOICES = "joe=piper:joe,awb=flite:awb,slt=flite:slt"
 
 def cmd_voice_list(args) -> int:
     from callcenter.voice.settings import known_voices
-    from callcenter.voice.ssm_tts import load_voices
-
     from callcenter.voice.sf_runtime import DERIVED, read_meta
-    from callcenter.voice.ssm_tts import sf_voice_files
+    from callcenter.voice.ssm_tts import load_voices, sf_voice_files
 
     teachers = {k: f"learnt from {v}" for k, v in load_voices().meta.get("teachers", {}).items()}
     for voice, path in sf_voice_files().items():
@@ -451,11 +449,9 @@ def cmd_voice_derive(args) -> int:
 
 
 def cmd_transcribe(args) -> int:
-    from callcenter.audio.wavfile import read_wav
-    from callcenter.hearing.stt import WhisperStt
-
     from callcenter.audio.frames import SAMPLE_RATE, SAMPLE_WIDTH
-    from callcenter.hearing.stt import LONG_WINDOW_S
+    from callcenter.audio.wavfile import read_wav
+    from callcenter.hearing.stt import LONG_WINDOW_S, WhisperStt
 
     stt = WhisperStt(args.stt_model)
     for path in args.wav:

@@ -31,8 +31,19 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from callcenter.call.simulated_queue import QueueScript
-from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
-                                      Waiting)
+from callcenter.dialog.engine import (
+    Dialog,
+    Enqueue,
+    Fetch,
+    Hangup,
+    Listen,
+    Record,
+    Say,
+    Silence,
+    Think,
+    Transfer,
+    Waiting,
+)
 from callcenter.dialog.flow import DTMF_DIGITS, Flow, defined_variables, did_you_mean, load_flow
 from callcenter.dialog.llm_model import installed as model_built
 from callcenter.dialog.services import FlowServices
@@ -364,10 +375,10 @@ async def run_audio(flow: Flow, scenario: Scenario, variables: dict, services: F
                     out_dir: Path, stt, tts) -> Outcome:
     from callcenter.audio.frames import float_to_pcm
     from callcenter.audio.wavfile import write_wav
-    from callcenter.call.latency import turn_latencies
-    from callcenter.call.events import AGENT_SAY, read_events
-    from callcenter.call.simulate import CallerStep, SimulatedLine, simulate_call
     from callcenter.call.caller import speak
+    from callcenter.call.events import AGENT_SAY, read_events
+    from callcenter.call.latency import turn_latencies
+    from callcenter.call.simulate import CallerStep, SimulatedLine, simulate_call
 
     out = Outcome(scenario.name)
     steps: list[CallerStep] = []

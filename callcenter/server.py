@@ -3,45 +3,52 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import contextlib
 import contextvars
 import json
 import os
 import signal
+import socket
 import time
 import uuid
 import zlib
 
 import structlog
 
+from callcenter.call import events as ev
 from callcenter.call.attendant import QueueWait
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.call_metrics import CallMetrics
-from callcenter.call import events as ev
-from callcenter.call.events import CallEvents
 from callcenter.call.call_row import CallRow, Outbox
+from callcenter.call.events import CallEvents
 from callcenter.call.outcome import call_end
-from callcenter.store.adopt import adopt_legacy_store
-from callcenter.store.calls import CallRecords
-from callcenter.store.db import open_database
-from callcenter.store.queues import HEARTBEAT_S, QueueStore
-from callcenter.store.schema import migrate
-from callcenter.store.workers import WorkerRegistry
 from callcenter.call.recording import StereoRecorder, make_private, repair_recordings, unique_path
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT, CallSession, recording_paths
 from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
+from callcenter.errors import CallcenterError
 from callcenter.hearing.decoding import default_threads
 from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
-from callcenter.errors import CallcenterError
+from callcenter.store.adopt import adopt_legacy_store
+from callcenter.store.calls import CallRecords
+from callcenter.store.db import open_database
+from callcenter.store.queues import HEARTBEAT_S, QueueStore
+from callcenter.store.schema import migrate
+from callcenter.store.workers import WorkerRegistry
 from callcenter.telephony.config import ServerConfig, load_server_config
-from callcenter.telephony.sip import (SIP_OK, SUPERVISION_MODES, TRANSFER_WAIT_S, CallInfo, SipCall, SipEndpoint,
-                                      SipError)
+from callcenter.telephony.sip import (
+    SIP_OK,
+    SUPERVISION_MODES,
+    TRANSFER_WAIT_S,
+    CallInfo,
+    SipCall,
+    SipEndpoint,
+    SipError,
+)
 from callcenter.voice.ambience import Ambience
 from callcenter.voice.speaker import make_tts
 

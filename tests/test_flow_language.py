@@ -12,12 +12,10 @@ import jsonschema
 import pytest
 import yaml
 
-from callcenter.dialog.engine import (Dialog, Fetch, FlowError, Listen, LlmReply, Record, Say, Think,
-                                      Transfer)
+from callcenter.dialog.engine import Dialog, Fetch, FlowError, Listen, LlmReply, Record, Say, Think, Transfer
 from callcenter.dialog.expr import ExprError, parse_expr, render, template_names
 from callcenter.dialog.flow import flow_schema, load_flow
-from callcenter.dialog.slots import (extract, luhn_ok, parse_currency, parse_date, parse_number, parse_time,
-                                     parse_yes_no)
+from callcenter.dialog.slots import extract, luhn_ok, parse_currency, parse_date, parse_number, parse_time, parse_yes_no
 from callcenter.yamlfile import UserFileError, YamlLoader
 
 FLOWS = Path(__file__).resolve().parent.parent / "flows"

@@ -1,8 +1,7 @@
 import warnings
 
-import pytest
-
 import numpy as np
+import pytest
 
 from callcenter.audio.g711 import ulaw_decode, ulaw_encode, ulaw_roundtrip
 

@@ -11,16 +11,26 @@ import pytest
 
 from callcenter.audio.frames import AudioFrame, float_to_pcm
 from callcenter.audio.stage import Moment
-from callcenter.text.digits import digit_runs, spoken_digits
+from callcenter.call.caller import EchoPath, speak
 from callcenter.hearing.echo import EchoCanceller
 from callcenter.hearing.front import HearingConfig
-from callcenter.call.caller import EchoPath, speak
-from tests.conftest import SHARED_EVAL
-from callcenter.lab.linesim import active_rms, babble, noise_at, place
-from callcenter.lab.replay import ModelledDecodes, replay as replay_measured
 from callcenter.hearing.stt import drop_repeats
-from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
-                                     TurnConfig, is_backchannel)
+from callcenter.hearing.turns import (
+    BargeIn,
+    Discarded,
+    Ended,
+    Expectation,
+    Pause,
+    Resume,
+    Started,
+    TurnConfig,
+    is_backchannel,
+)
+from callcenter.lab.linesim import active_rms, babble, noise_at, place
+from callcenter.lab.replay import ModelledDecodes
+from callcenter.lab.replay import replay as replay_measured
+from callcenter.text.digits import digit_runs, spoken_digits
+from tests.conftest import SHARED_EVAL
 
 # every turn decision asserted here is made on the modelled decode clock: a decode's result arrives a
 # time later that depends on its audio's length only, never on this machine's speed (a slower CPU

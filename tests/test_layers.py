@@ -129,3 +129,10 @@ def test_every_per_frame_stage_keeps_the_one_contract():
         signature = [(a.arg, ast.unparse(a.annotation) if a.annotation else None) for a in args.args]
         assert signature == [("self", None), ("frame", "AudioFrame"), ("at", "Moment")], f"{name}: {signature}"
         assert not args.defaults and not args.kwonlyargs and not args.vararg and not args.kwarg, name
+
+
+def test_the_code_is_lint_clean():
+    """ruff with the project's configuration ([tool.ruff] in pyproject.toml)."""
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "callcenter", "tests", "benchmarks"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]

@@ -14,9 +14,21 @@ import pytest
 from callcenter.dialog.engine import LlmRequest
 from callcenter.dialog.flow import LlmTool, Slot
 from callcenter.dialog.llm_model import LlmModelError, installed
-from callcenter.dialog.local_llm import (ACKNOWLEDGE_AFTER_S, FINISHED_LOGP, MIN_CHOICE_P, Admission, EndOfTurn,
-                                         Grounding, HybridTriage, LlmBusy, LocalLlm, ReplyParser, rule_slots,
-                                         system_prompt, turn_prompt)
+from callcenter.dialog.local_llm import (
+    ACKNOWLEDGE_AFTER_S,
+    FINISHED_LOGP,
+    MIN_CHOICE_P,
+    Admission,
+    EndOfTurn,
+    Grounding,
+    HybridTriage,
+    LlmBusy,
+    LocalLlm,
+    ReplyParser,
+    rule_slots,
+    system_prompt,
+    turn_prompt,
+)
 
 CHOICES = {"billing": ("Billing, charges, payments or refunds", ("my bill", "I was charged twice")),
            "technical": ("Technical support with a device or connection", ("my router does not work",)),

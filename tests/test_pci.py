@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
+from callcenter.audio.frames import FRAME_BYTES, AudioFrame
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
-from callcenter.audio.frames import AudioFrame, FRAME_BYTES
 from callcenter.dialog.engine import Dialog
 from callcenter.dialog.flow import load_flow
 from callcenter.dialog.redact import Redactor, mask_spoken_digits

@@ -18,7 +18,8 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
-from callcenter.lab.fleet import Fleet, control_request as api
+from callcenter.lab.fleet import Fleet
+from callcenter.lab.fleet import control_request as api
 from callcenter.lab.softphone import Softphone, caller_audio
 from tests.conftest import free_tcp_port, free_udp_port, rtp_base
 

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from callcenter.audio.g711 import ulaw_roundtrip
-from callcenter.store.queues import WORKER_STALE_S, AgentState, QueueStore, QueueStoreError
 from callcenter.dialog.engine import Dialog, Enqueue, Hangup
 from callcenter.dialog.flow import QueueSettings, load_flow
-from callcenter.yamlfile import UserFileError
+from callcenter.store.queues import WORKER_STALE_S, AgentState, QueueStore, QueueStoreError
 from callcenter.voice.hold_music import hold_music
+from callcenter.yamlfile import UserFileError
 
 
 class Clock:

@@ -118,8 +118,8 @@ def center(request, tmp_path_factory):
     """A worker with a contact center (alice and bob, available) behind a Kamailio that
     authenticates callers (carol) and agents (alice, bob), and trusts the balancer only; Kamailio
     keeps its users in its config (memory) or in PostgreSQL (the store's database flavour)."""
-    from callcenter.store.queues import QueueStore
     from callcenter.lab.agent_process import AgentProcess
+    from callcenter.store.queues import QueueStore
 
     d = tmp_path_factory.mktemp("agents")
     balancer = free_udp_port()

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from callcenter.store.queues import AgentState, QueueStore
 from callcenter.call.retention import purge_recordings
 from callcenter.dialog.engine import LlmRequest
 from callcenter.dialog.local_llm import Grounding
+from callcenter.store.queues import AgentState, QueueStore
 from tests.conftest import ROOT, free_udp_port
 
 OLD = time.time() - 400 * 86400

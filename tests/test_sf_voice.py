@@ -37,8 +37,7 @@ def test_growing_steps_compute_what_eight_frame_steps_compute(tmp_path):
     (SECOND_STEP_FRAMES, then STEP_GROWTH times the last, to MAX_STEP_FRAMES), each scanned in
     chunks: the same recurrence, so the same outputs as eight-frame steps throughout, across step
     boundaries and a last step that is not a whole number of chunks."""
-    from callcenter.voice.runtime import (MAX_STEP_FRAMES, SECOND_STEP_FRAMES, STEP_GROWTH, Recurrence,
-                                          scan_fn)
+    from callcenter.voice.runtime import MAX_STEP_FRAMES, SECOND_STEP_FRAMES, STEP_GROWTH, Recurrence, scan_fn
     from callcenter.voice.sf_runtime import FRAMES_PER_FIRST_STEP
 
     torch.manual_seed(1)

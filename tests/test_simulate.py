@@ -72,7 +72,6 @@ def test_a_node_speaks_in_its_own_voice(flow, stt, tts, tmp_path):
 def test_echo_of_the_agent_is_not_a_caller(flow, stt, tts, tmp_path):
     """The agent's own voice comes back 15 dB down on the caller's line: no pause, no barge-in."""
     from callcenter.call.caller import EchoPath
-
     from callcenter.call.virtual_clock import run_virtual
 
     result, _ = run_virtual(simulate_call(flow, [CallerStep(digit="1"), CallerStep(digit="2")], tmp_path, stt,

@@ -12,11 +12,11 @@ import pytest
 
 from callcenter.audio.g711 import ulaw_roundtrip
 from callcenter.audio.wavfile import read_wav, write_wav
-from callcenter.call.simulate import CallerStep, simulate_call
 from callcenter.call.events import read_events
-from callcenter.call.recording import repair_wav
-from callcenter.lab.softphone import Softphone, caller_audio
 from callcenter.call.latency import turn_latencies
+from callcenter.call.recording import repair_wav
+from callcenter.call.simulate import CallerStep, simulate_call
+from callcenter.lab.softphone import Softphone, caller_audio
 from tests.conftest import scrape, wait_for
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]

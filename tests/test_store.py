@@ -9,13 +9,12 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from callcenter.store.adopt import adopt_legacy_store
 from callcenter.store.calls import OUTCOMES, WORKER_LOST, CallEnd, CallRecords
-from callcenter.store.db import StoreError, open_database
+from callcenter.store.db import open_database
 from callcenter.store.period import PeriodError, moment, period
 from callcenter.store.queues import AgentState, QueueStore
 from callcenter.store.schema import LATEST, MIGRATIONS, current_version, migrate, pending

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from tests.conftest import free_udp_port, wait_for
-from tests.sipraw import RawUac, request, status_of
+from tests.sipraw import RawUac, request
 from tests.test_security_agents import PASSWORDS, Uac, _register
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]

@@ -7,8 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from callcenter.hearing.whisper_weights import (DIGITS_MIX, GENERAL_MIX, Ct2Model, WeightsError, apply_patch,
-                                                save_patch, sha256, stock_model_dir, telephone_model_dir)
+from callcenter.hearing.whisper_weights import (
+    DIGITS_MIX,
+    GENERAL_MIX,
+    Ct2Model,
+    WeightsError,
+    apply_patch,
+    save_patch,
+    sha256,
+    stock_model_dir,
+    telephone_model_dir,
+)
 
 
 def test_a_model_file_is_written_back_byte_for_byte(tmp_path):
@@ -333,8 +342,14 @@ def test_spec_augment_masks_bands_of_the_line_and_short_spans_of_the_speech():
     """SpecAugment for `stt train --specaug`: whole mel bands inside the telephone band and spans
     inside the utterance take the input's mean; the silence after the speech and the bands above
     the line are left alone, and the input itself is not changed."""
-    from callcenter.lab.stt_train import (SPEC_BAND_BINS, SPEC_FREQ_MASKS, SPEC_FREQ_WIDTH, SPEC_TIME_MASKS,
-                                          SPEC_TIME_SHARE, spec_augment)
+    from callcenter.lab.stt_train import (
+        SPEC_BAND_BINS,
+        SPEC_FREQ_MASKS,
+        SPEC_FREQ_WIDTH,
+        SPEC_TIME_MASKS,
+        SPEC_TIME_SHARE,
+        spec_augment,
+    )
     rng = np.random.default_rng(3)
     mel = rng.standard_normal((80, 700)).astype(np.float32)
     before, speech = mel.copy(), 400

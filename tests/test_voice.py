@@ -14,10 +14,10 @@ from callcenter.audio.frames import AudioFrame
 from callcenter.voice.model import ModelConfig, VoiceModel, export_voices
 from callcenter.voice.phonemes import SYMBOL_ID, Phonemizer, phoneme_ids
 from callcenter.voice.runtime import SsmVoices
+from callcenter.voice.settings import VoiceSettings, voice_problem
+from callcenter.voice.speaker import Speaker
 from callcenter.voice.spectrum import DELAY
 from callcenter.voice.ssm import S4D
-from callcenter.voice.speaker import Speaker
-from callcenter.voice.settings import VoiceSettings, voice_problem
 from callcenter.voice.ssm_tts import SsmTts, load_voices
 
 
@@ -91,9 +91,9 @@ def test_flite_speakers_speak_from_source_filter_clones_listed_once():
     spectral file keeps its three voices: `ssm:joe` speaks from it, and the hearing corpus reads all
     three from it); each name is listed once and credited, and every shipped voice file together
     stays within the issue's 20 MB."""
+    from callcenter.lab.bench.voice import SHIPPED_WEIGHTS_MAX_MB, shipped_weights_mb
     from callcenter.voice.settings import known_voices
     from callcenter.voice.sf_runtime import read_meta
-    from callcenter.lab.bench.voice import SHIPPED_WEIGHTS_MAX_MB, shipped_weights_mb
     from callcenter.voice.ssm_tts import SfTts, sf_voice_files, ssm_tts
 
     names = known_voices()

@@ -133,8 +133,8 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     than the voice it started from (and than ssm:heart), and the GE2E judge finds it closer to kal."""
     from callcenter.call.caller import speak
     from callcenter.lab.judges import SpeakerJudge
-    from callcenter.voice.corpus import agent_lines
     from callcenter.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
 
     src = tmp_path / "kal"

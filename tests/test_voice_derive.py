@@ -113,8 +113,8 @@ def test_wrong_derivations_are_refused_with_a_message_and_a_derived_base_is_foll
 
 
 def test_a_derived_voice_whose_base_is_gone_is_reported_not_crashed_on(tmp_path, monkeypatch):
-    from callcenter.voice.sf_runtime import export_derived
     from callcenter.voice.settings import voice_problem
+    from callcenter.voice.sf_runtime import export_derived
 
     export_derived(tmp_path / "sf-orphan.npz", "gone", -5, 0.9)
     monkeypatch.setenv("CALLCENTER_VOICE_DIR", str(tmp_path))

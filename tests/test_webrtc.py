@@ -22,7 +22,7 @@ from callcenter.telephony.webrtc import CallerAudio, WebRtcError, negotiated_cod
 from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
 aiortc = pytest.importorskip("aiortc")
-from callcenter.lab.browser_caller import BrowserCallError, BrowserCaller  # noqa: E402
+from callcenter.lab.browser_caller import BrowserCaller, BrowserCallError  # noqa: E402
 
 OPUS_RATE = 48000
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, SAMPLE_WIDTH
+from callcenter.errors import CallcenterError
 
 
 class AudioFileError(CallcenterError, ValueError):

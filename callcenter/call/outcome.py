@@ -16,8 +16,18 @@ from typing import Any
 
 from callcenter.call import events as ev
 from callcenter.call.latency import turn_latencies
-from callcenter.store.calls import (AI_COMPLETED, CALLBACK_REQUESTED, CALLER_HUNG_UP, FAILED, QUEUE_ABANDONED,
-                                    QUEUE_ANSWERED, QUEUE_TIMEOUT, TRANSFERRED, VOICEMAIL, CallEnd)
+from callcenter.store.calls import (
+    AI_COMPLETED,
+    CALLBACK_REQUESTED,
+    CALLER_HUNG_UP,
+    FAILED,
+    QUEUE_ABANDONED,
+    QUEUE_ANSWERED,
+    QUEUE_TIMEOUT,
+    TRANSFERRED,
+    VOICEMAIL,
+    CallEnd,
+)
 
 LEFT_QUEUE = {"callback": CALLBACK_REQUESTED, "timeout": QUEUE_TIMEOUT, "abandoned": QUEUE_ABANDONED}
 

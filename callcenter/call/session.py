@@ -30,8 +30,19 @@ from callcenter.call.bridge import LineFrame, MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.speech import Speech, shorten_lead_in
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
-from callcenter.dialog.engine import (Dialog, Enqueue, Fetch, Hangup, Listen, Record, Say, Silence, Think, Transfer,
-                                      Waiting)
+from callcenter.dialog.engine import (
+    Dialog,
+    Enqueue,
+    Fetch,
+    Hangup,
+    Listen,
+    Record,
+    Say,
+    Silence,
+    Think,
+    Transfer,
+    Waiting,
+)
 from callcenter.dialog.flow import DTMF_DIGITS, RECORDED, Flow, LlmNode, trouble_destination
 from callcenter.dialog.redact import mask_spoken_digits
 from callcenter.dialog.services import FlowServices
@@ -39,8 +50,7 @@ from callcenter.hearing.decoding import ENDED, PARTIAL, PAUSED, Decode, decode_e
 from callcenter.hearing.front import HearingConfig
 from callcenter.hearing.listener import Key, Listener, Outcome
 from callcenter.hearing.stt import WhisperStt
-from callcenter.hearing.turns import (BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started,
-                                      Turn)
+from callcenter.hearing.turns import BargeIn, Discarded, Ended, Expectation, Pause, Resume, Started, Turn
 from callcenter.text.expecting import Expecting
 
 log = structlog.get_logger()

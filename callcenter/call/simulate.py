@@ -15,12 +15,12 @@ import structlog
 from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, SAMPLE_RATE, float_to_pcm, frames_from_pcm, pcm_to_float
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.bridge import MediaBridge
+from callcenter.call.caller import EchoPath
 from callcenter.call.events import CallEvents
 from callcenter.call.recording import StereoRecorder
 from callcenter.call.session import CallSession, SessionResult
 from callcenter.call.simulated_queue import QueueScript, SimulatedQueueWait
 from callcenter.dialog.flow import DTMF_DIGITS, Flow
-from callcenter.call.caller import EchoPath
 from callcenter.hearing.dtmf import dtmf_tone
 from callcenter.voice.ambience import Ambience
 

@@ -9,27 +9,40 @@ live calls, offline simulations and flow tests, so all three take the same path.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import datetime as dt
 import json
 import os
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
+from callcenter.dialog.expr import ExprError, parse_expr, render
+from callcenter.dialog.flow import (
+    AskNode,
+    BranchNode,
+    Flow,
+    HangupNode,
+    LlmNode,
+    LlmTool,
+    MenuNode,
+    QueueSettings,
+    SayNode,
+    SetNode,
+    Slot,
+    TransferNode,
+    VoicemailNode,
+    WebhookNode,
+    sensitive_variables,
+    trusted_variables,
+)
+from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
+from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
+from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok, parse_yes_no
 from callcenter.errors import CallcenterError
 from callcenter.text.digits import spoken_digits
 from callcenter.text.expecting import Expecting
-from callcenter.dialog.expr import ExprError, parse_expr, render
-from callcenter.dialog.flow import (AskNode, BranchNode, Flow, HangupNode, LlmNode, LlmTool, MenuNode, QueueSettings,
-                                    SayNode,
-                                    SetNode, Slot, TransferNode, VoicemailNode, WebhookNode, sensitive_variables,
-                                    trusted_variables)
-from callcenter.dialog.redact import Redactor, mask_digits, mask_spoken_digits
 from callcenter.text.pan import mask_cards
-from callcenter.dialog.nlu import IntentMatch, SemanticMatcher, words
-from callcenter.dialog.slots import WEEKDAY_KEYS, extract, luhn_ok, parse_yes_no
 from callcenter.voice.settings import VoiceSettings
 
 MAX_CHAIN = 50  # nodes passed without the caller's input; more is a flow bug, not a conversation

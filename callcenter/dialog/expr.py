@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from callcenter.errors import CallcenterError
 from callcenter.dialog.redact import Masked
+from callcenter.errors import CallcenterError
 
 TRUE_WORDS = {"true": True, "false": False, "none": None, "null": None}
 FILTERS = ("digits", "upper", "lower", "date")

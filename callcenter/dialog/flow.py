@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-
 import re
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Union

@@ -30,12 +30,12 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 import structlog
 
-from callcenter.text.pan import mask_cards
-from callcenter.errors import CallcenterError
 from callcenter.dialog.engine import LlmReply, LlmRequest
 from callcenter.dialog.flow import LlmProviderConfig
 from callcenter.dialog.nlu import SemanticMatcher
 from callcenter.dialog.slots import extract
+from callcenter.errors import CallcenterError
+from callcenter.text.pan import mask_cards
 
 log = structlog.get_logger()
 

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import structlog
 
-from callcenter.errors import CallcenterError
 from callcenter.dialog.engine import Fetch, LlmReply, Think
 from callcenter.dialog.flow import Flow
 from callcenter.dialog.llm import LlmProvider, SentenceStream, make_provider
+from callcenter.errors import CallcenterError
 
 log = structlog.get_logger()
 

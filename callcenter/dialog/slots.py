@@ -8,8 +8,8 @@ import calendar
 import datetime as dt
 import re
 
-from callcenter.text.digits import digit_runs, spoken_digits
 from callcenter.dialog.nlu import words
+from callcenter.text.digits import digit_runs, spoken_digits
 
 SLOT_TYPES = ("digits", "number", "yes_no", "date", "time", "currency", "text")
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, pcm_to_float
+from callcenter.errors import CallcenterError
 from callcenter.text.digits import spoken_digits
 from callcenter.text.expecting import Expecting, Grammar
 

@@ -35,9 +35,9 @@ import numpy as np
 
 from callcenter.audio.frames import FRAME_MS, AudioFrame
 from callcenter.audio.stage import Moment
+from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
 from callcenter.text.digits import spoken_digits
 from callcenter.text.expecting import Expecting
-from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
 
 BACKCHANNELS = frozenset(
     "mm mhm mmhm mm-hm uh-huh uhhuh uh huh hmm yeah yep yup ok okay right sure alright all i see got it "

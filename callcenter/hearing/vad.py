@@ -6,8 +6,8 @@ wrapper does, but on numpy so that no torch import sits on the hot path.
 
 from __future__ import annotations
 
-import threading
 import importlib.util
+import threading
 from pathlib import Path
 
 import numpy as np

@@ -46,10 +46,9 @@ class AgentProcess:
         self.env = env or {}  # set in the agent's environment (e.g. CALLCENTER_LLM=off)
 
     def start(self, timeout: float = 90) -> "AgentProcess":
+        import os
         import subprocess
         import time
-
-        import os
 
         env = dict(os.environ, **self.env, **({"CALLCENTER_TOKEN": self.token} if self.token else {}))
         # a restart appends to the same log: only this run's lines say it is ready

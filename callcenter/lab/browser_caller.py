@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav
+from callcenter.errors import CallcenterError
 from callcenter.telephony.webrtc import KEYPAD_CHANNEL, CallerAudio, FrameClock, av_frame
 
 

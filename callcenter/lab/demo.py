@@ -10,8 +10,8 @@ from pathlib import Path
 
 from callcenter.call.events import read_events
 from callcenter.lab.agent_process import AgentProcess
-from callcenter.telephony.config import load_server_config
 from callcenter.lab.softphone import Softphone, scripted_caller
+from callcenter.telephony.config import load_server_config
 
 DEMO_LINES = ("I have a question about my bill", "No thanks, that's all")
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE
+from callcenter.errors import CallcenterError
 
 DNSMOS_RATE = 16000
 DNSMOS_WINDOW_S = 9.01

@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE
 from callcenter.audio.wavfile import read_wav, write_wav
+from callcenter.errors import CallcenterError
 from callcenter.voice.flite import flite_voice
 
 BARESIP_MODULES = ("stdio", "g711", "aufile", "aubridge", "sndfile", "account", "menu")

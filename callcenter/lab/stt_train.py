@@ -37,8 +37,15 @@ from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
 from callcenter.audio.g711 import alaw_decode, ulaw_roundtrip
 from callcenter.call.caller import speak
 from callcenter.hearing.stt import HOP_SAMPLES, WHISPER_RATE, mel_features, window_frames
-from callcenter.hearing.whisper_weights import (Ct2Model, WeightsError, patch_path, read_patch, save_patch, sha256,
-                                                stock_model_dir)
+from callcenter.hearing.whisper_weights import (
+    Ct2Model,
+    WeightsError,
+    patch_path,
+    read_patch,
+    save_patch,
+    sha256,
+    stock_model_dir,
+)
 from callcenter.lab.linesim import SPECTRAL_VOICES, active_rms, noise_at, spectral_speak
 
 log = structlog.get_logger()

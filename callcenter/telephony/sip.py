@@ -12,15 +12,15 @@ process (a 5th INVITE is answered 486 Busy Here); reading a frame's vector throu
 from __future__ import annotations
 
 import asyncio
-import sys
-import os
-import contextlib
 import collections
 import concurrent.futures
+import contextlib
 import ctypes
 import ipaddress
+import os
 import queue
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,8 +29,8 @@ from typing import Callable
 import pjsua2 as pj
 import structlog
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_MS, SAMPLE_RATE
+from callcenter.errors import CallcenterError
 from callcenter.telephony.config import ServerConfig
 from callcenter.telephony.kamailio import AGENT_HEADER
 

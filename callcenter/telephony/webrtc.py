@@ -32,9 +32,9 @@ from typing import Callable, Protocol
 import numpy as np
 import structlog
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import FRAME_BYTES, FRAME_SAMPLES, SAMPLE_RATE
 from callcenter.audio.resample import Resampler
+from callcenter.errors import CallcenterError
 
 log = structlog.get_logger()
 

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from callcenter.voice.spectrum import HOP, WIN
 from callcenter.voice.phonemes import PAD, SYMBOL_ID, SYMBOLS
+from callcenter.voice.spectrum import HOP, WIN
 
 log = structlog.get_logger()
 

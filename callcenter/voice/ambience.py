@@ -20,8 +20,8 @@ import numpy as np
 from scipy import signal
 
 from callcenter.audio.frames import FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
-from callcenter.audio.stage import Moment
 from callcenter.audio.g711 import ulaw_roundtrip
+from callcenter.audio.stage import Moment
 from callcenter.voice.settings import AmbienceSettings
 
 BAND_LOW_HZ, BAND_HIGH_HZ = 300.0, 3400.0

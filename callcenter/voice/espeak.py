@@ -13,8 +13,8 @@ from typing import AsyncIterator
 import numpy as np
 import soxr
 
-from callcenter.errors import CallcenterError
 from callcenter.audio.frames import SAMPLE_RATE, AudioFrame, FrameChunker
+from callcenter.errors import CallcenterError
 
 ESPEAK_BINARIES = ("espeak-ng", "espeak")
 DEFAULT_VOICE = "en-us"

@@ -19,8 +19,17 @@ from typing import Iterator
 import numpy as np
 
 from callcenter.voice import source_filter as sf
-from callcenter.voice.runtime import (SCAN_CHUNK_FRAMES, Recurrence, VoiceFileError, conv_layer, frames_per_id,
-                                      load_block, predict, regulate, scan_fn)
+from callcenter.voice.runtime import (
+    SCAN_CHUNK_FRAMES,
+    Recurrence,
+    VoiceFileError,
+    conv_layer,
+    frames_per_id,
+    load_block,
+    predict,
+    regulate,
+    scan_fn,
+)
 
 LOG_F0_MEAN = 5.3
 # the first step's frames: its audio, all but LAG_FRAMES of them (137 ms), plays while the second,

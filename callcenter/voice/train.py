@@ -59,7 +59,7 @@ def parse_voices(spec: str) -> list[VoiceSpec]:
 def prepare_data(voices: list[VoiceSpec], work: Path, sentences: int | None = None) -> dict[str, list[dict]]:
     from callcenter.voice.align import align, train_aligner
     from callcenter.voice.corpus import training_sentences
-    from callcenter.voice.teachers import build_dataset, load_dataset, save_dataset, Utterance
+    from callcenter.voice.teachers import Utterance, build_dataset, load_dataset, save_dataset
 
     texts = training_sentences()[:sentences]
     data = {}

@@ -12,8 +12,8 @@ import shutil
 import socket
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,9 @@ import numpy as np
 from callcenter.call.bridge import SOUND_DBFS
 from callcenter.call.events import read_events
 from callcenter.call.latency import STAGES, turn_latencies
-from callcenter.memory import TRIM_EVERY_S, open_fds, rss_mb
 from callcenter.lab.agent_process import AgentProcess
 from callcenter.lab.softphone import Softphone, scripted_caller
+from callcenter.memory import TRIM_EVERY_S, open_fds, rss_mb
 from callcenter.voice.speaker import PROMPT_CACHE_MB
 
 CALLER_LINES = ("I have a question about my bill", "No thanks, that's all")

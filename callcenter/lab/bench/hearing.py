@@ -187,8 +187,8 @@ def _with_tail(x: np.ndarray, seconds: float) -> np.ndarray:
 
 
 def _latency_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=None) -> dict:
-    from callcenter.lab.replay import replay
     from callcenter.hearing.turns import Expectation
+    from callcenter.lab.replay import replay
 
     node_silence_ms = 700
     scenarios = {
@@ -366,9 +366,9 @@ def _bargein_part(stt, by_cond: dict, limit: int | None, eval_dir: Path, config=
 
 
 def _digits_part(stt, limit: int | None) -> dict:
-    from callcenter.text.digits import digits_hint, spoken_digits
     from callcenter.call.caller import speak
     from callcenter.lab.linesim import active_rms, babble, noise_at, white
+    from callcenter.text.digits import digits_hint, spoken_digits
 
     count = limit or 30
     rng = np.random.default_rng(7)
@@ -412,8 +412,8 @@ def _real_part(stt_model: str | None, compare: tuple[str, ...], limit: int | Non
                                                               for c in (*REAL_SPEECH, *REAL_DIGITS)}}
 
     def plain_tiny():
-        from faster_whisper import WhisperModel
         import soxr
+        from faster_whisper import WhisperModel
 
         model = WhisperModel(str(resolve_model_dir(STOCK)), device="cpu", compute_type="int8", cpu_threads=1)
 

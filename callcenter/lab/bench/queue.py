@@ -26,7 +26,8 @@ from pathlib import Path
 from callcenter.call.events import read_events
 from callcenter.call.latency import turn_latencies
 from callcenter.lab.bench.call import CALLER_LINES, _free_port, _media_summary, _pct, _wait_warmed, cpu_seconds
-from callcenter.lab.fleet import Fleet, control_request as _api
+from callcenter.lab.fleet import Fleet
+from callcenter.lab.fleet import control_request as _api
 from callcenter.lab.softphone import Softphone, caller_audio, scripted_caller
 from callcenter.store.db import open_database
 from callcenter.voice.flite import flite_voice

@@ -204,8 +204,8 @@ def reference_voices() -> dict:
             refs[f"flite {v} (teacher)"] = (
                 lambda t, v=v: _external(["sh", "-c", f'flite -voice {v} -f /dev/stdin -o "$0"'], normalize(t)))
     try:
-        from callcenter.voice.teachers import PiperTeacher
         from callcenter.voice.phonemes import Phonemizer, phoneme_ids
+        from callcenter.voice.teachers import PiperTeacher
 
         teacher, ph = PiperTeacher(), Phonemizer()
 
