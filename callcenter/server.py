@@ -300,7 +300,7 @@ class LiveCall:
             result, dialog = self.session.result, self.session.dialog
             slots = dialog.redactor.scrub({k: v for k, v in result.variables.items() if k in self.session.slot_names})
             slots.update({k: str(v) for k, v in dialog.masked.items() if k in slots})
-            history = [json.loads(e.to_json()) for e in self.events.history]
+            history = [e.as_dict() for e in self.events.history]
             self.row.ended(call_end(history, result.ended_by, result.path, slots, result.transferred_to))
             self.row = None
         self.agent.live.pop(self.call_id, None)
@@ -614,12 +614,13 @@ class CallServer:
         self.calls = CallRecords(self.store, worker, socket.gethostname())
         self.outbox = Outbox()
         self.registry = WorkerRegistry(self.store, worker, socket.gethostname(), _version())
-        with self.store.transaction():
-            self.calls.lost([worker])  # calls an earlier process on this address never finished
         cc = config.contact_center
         check_queues(self.flows.current, config)
-        if cc is not None:
-            self.queues = QueueStore(self.store, worker, host=socket.gethostname(), version=_version())
+        if cc is None:
+            with self.store.transaction():
+                self.calls.lost([worker])  # calls an earlier process on this address never finished
+        else:  # the queue store's take-over ends those calls too, with its callers and agent legs
+            self.queues = QueueStore(self.store, worker, host=socket.gethostname(), registry=self.registry)
             lost = self.queues.take_over()
             if lost:
                 log.warning("queue_callers_lost", calls=lost, reason="left by an earlier process on this address")
@@ -759,8 +760,8 @@ class CallServer:
             await asyncio.sleep(HEARTBEAT_S)
 
     async def keep_registered(self) -> None:
-        """This worker's row in the store (address, host, version, free slots, control API), every
-        HEARTBEAT_S, off the loop: how the console finds the fleet."""
+        """Without a contact center: this worker's row in the store (address, host, version, free
+        slots, control API), every HEARTBEAT_S, off the loop, and the end of dead workers' calls."""
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -793,8 +794,6 @@ class CallServer:
         if self.config.memory_trim_s:
             background.append(asyncio.create_task(self.memory.run()))
         background.append(asyncio.create_task(self.outbox.keep_retrying()))
-        if self.queues is not None:
-            background.append(asyncio.create_task(self.keep_queues()))
         if self.config.retention_days:
             background.append(asyncio.create_task(self.keep_recordings(self.config.retention_days)))
         if self.config.control is not None:
@@ -809,7 +808,9 @@ class CallServer:
                 self.endpoint.stop()
                 raise SipError(f"cannot listen for the control API on {control.host}:{control.port}: {exc}") from None
             self.registry.control = self.control.url
-        background.append(asyncio.create_task(self.keep_registered()))
+        # one heartbeat: the queue store's (it also clears what dead workers left in the queues), else
+        # the registry's own
+        background.append(asyncio.create_task(self.keep_queues() if self.queues is not None else self.keep_registered()))
         if self.config.webrtc is not None:
             try:
                 await self._start_webrtc()
@@ -845,7 +846,7 @@ def check_queues(flow, config: ServerConfig) -> None:
     """A flow's queues against the server's contact center, at start: a queue of human agents
     without a contact center is refused (it would fail only when a caller reached it), and an agent
     a queue names who is not in the config is a warning with the nearest configured name."""
-    import difflib
+    from callcenter.dialog.flow import did_you_mean
 
     queues = {name: q for name, q in flow.queues.items() if not isinstance(q, str)}
     if not queues:
@@ -858,9 +859,8 @@ def check_queues(flow, config: ServerConfig) -> None:
     for qname, q in queues.items():
         for agent in q.agents:
             if agent not in known:
-                near = difflib.get_close_matches(agent, known, n=1)
                 log.warning("queue_agent_unknown", queue=qname, agent=agent,
-                            hint=f"did you mean {near[0]!r}?" if near else "add them to contact_center.agents")
+                            hint=did_you_mean(agent, known).strip(" ()") or "add them to contact_center.agents")
         if not q.agents and not any(set(q.skills) & set(a.skills) for a in config.contact_center.agents):
             log.warning("queue_without_agents", queue=qname, note="no configured agent takes its calls")
 

@@ -35,13 +35,9 @@ class Outbox:
         with self._lock:
             self._pending.append((what, write))
 
-    def run(self, what: str, write: Callable[[], None]) -> None:
-        """Write now (in this thread), or keep it for later if the store refuses; an earlier write still
-        waiting goes first, so a call's end never lands before its start."""
-        self.add(what, write)
-        self.retry()
-
     def retry(self) -> None:
+        """Make the waiting writes now (in this thread), oldest first, so a call's end never lands
+        before its start; what the store refuses waits for the next try."""
         with self._lock:
             self._drain()
 

@@ -65,12 +65,13 @@ class Event:
     turn: int
     data: dict[str, Any] = field(default_factory=dict)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The event as the JSONL holds it (its own fields win over data of the same name)."""
+        return {**self.data, "kind": self.kind, "call_id": self.call_id, "t": round(self.t, 4),
+                "wall": round(self.wall, 4), "turn": self.turn}
+
     def to_json(self) -> str:
-        return json.dumps(
-            {**self.data, "kind": self.kind, "call_id": self.call_id, "t": round(self.t, 4),
-             "wall": round(self.wall, 4), "turn": self.turn},
-            ensure_ascii=False,
-        )
+        return json.dumps(self.as_dict(), ensure_ascii=False)
 
 
 class CallEvents:

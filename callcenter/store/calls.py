@@ -110,19 +110,16 @@ class CallRecords:
         """The calls that started in [since, until), oldest first."""
         rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE started >= ? AND started < ? "
                                "ORDER BY started LIMIT ?", (since, until, limit))
-        out = []
-        for row in rows:
-            call = dict(zip(COLUMNS, row))
-            for key in JSON_COLUMNS:
-                call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
-            out.append(call)
-        return out
+        return [_call(row) for row in rows]
 
     def get(self, call_id: str) -> dict[str, Any] | None:
         rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE call_id=?", (call_id,))
-        if not rows:
-            return None
-        call = dict(zip(COLUMNS, rows[0]))
-        for key in JSON_COLUMNS:
-            call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
-        return call
+        return _call(rows[0]) if rows else None
+
+
+def _call(row: tuple) -> dict[str, Any]:
+    """A row of `calls` as a dict, its JSON columns decoded."""
+    call = dict(zip(COLUMNS, row))
+    for key in JSON_COLUMNS:
+        call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
+    return call

@@ -18,7 +18,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from callcenter.errors import CallcenterError
 from callcenter.store.url import StoreUrl
@@ -72,12 +72,6 @@ class Database:
                 raise
             except Exception as exc:
                 raise self._error(exc) from None
-
-    def script(self, sql: str) -> None:
-        """Several statements separated by `;` (a migration)."""
-        for statement in (s.strip() for s in sql.split(";")):
-            if statement:
-                self.execute(statement)
 
     def adapt(self, sql: str) -> str:
         return sql.replace("{real}", self.real_type)
@@ -215,6 +209,3 @@ def open_database(url: StoreUrl | str | Path, base: Path | None = None) -> Datab
         return SqliteDatabase(url)
     return PostgresDatabase(url)
 
-
-def rows_as_dicts(columns: list[str], rows: list[tuple]) -> list[dict[str, Any]]:
-    return [dict(zip(columns, row)) for row in rows]

@@ -15,7 +15,6 @@ their join times and so their places.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,9 +23,9 @@ from pathlib import Path
 from callcenter.store.calls import CallRecords
 from callcenter.store.db import Database, StoreError, open_database
 from callcenter.store.schema import migrate
+from callcenter.store.workers import WORKER_STALE_S, WorkerRegistry
 
 HEARTBEAT_S = 1.0
-WORKER_STALE_S = 4.0  # a worker that has not beaten its heart this long is taken for dead
 DEFAULT_HANDLE_S = 180.0  # expected talk + wrap-up time of a call before the queue has any history
 HANDLE_HISTORY = 20  # answered calls the expected wait is averaged over
 RETRY_S = 5.0  # an agent whose phone turned a call down at once (busy, declined) is not rung again sooner
@@ -113,9 +112,11 @@ class QueueStore:
     short transaction; safe from several threads and processes."""
 
     def __init__(self, store: Database | str | Path, worker: str, clock=time.time, host: str = "",
-                 version: str = ""):
-        """`store`: the shared database, or its URL (a plain path is an SQLite file), migrated on open."""
-        self.worker, self.host, self.version = worker, host, version
+                 registry: WorkerRegistry | None = None):
+        """`store`: the shared database, or its URL (a plain path is an SQLite file), migrated on open.
+        `registry`: this worker's row in the store (the server's, with its control API), else one of
+        its own."""
+        self.worker = worker
         self.clock = clock
         try:
             self.db = store if isinstance(store, Database) else open_database(store)
@@ -123,6 +124,7 @@ class QueueStore:
         except StoreError as exc:
             raise QueueStoreError(str(exc)) from None
         self.calls = CallRecords(self.db, worker, host, clock)
+        self.registry = registry or WorkerRegistry(self.db, worker, host, clock=clock)
 
     # ---- plumbing
     def _tx(self, fn, *args):
@@ -147,15 +149,9 @@ class QueueStore:
         call slot on the caller's worker); remove what dead workers left. Returns the call_ids removed."""
         def run():
             now = self.clock()
-            self._beat(now, free_slots)
+            self.registry.upsert(free_slots)
             return self._reap(now)
         return self._tx(run)
-
-    def _beat(self, now: float, free_slots: int) -> None:
-        self._x("INSERT INTO workers(worker, pid, seen, free_slots, host, version) VALUES(?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(worker) DO UPDATE SET pid=excluded.pid, seen=excluded.seen, "
-                "free_slots=excluded.free_slots, host=excluded.host, version=excluded.version",
-                (self.worker, os.getpid(), now, free_slots, self.host, self.version))
 
     def take_over(self) -> list[str]:
         """A worker starting on this address: whatever an earlier process here left in the queues
@@ -163,7 +159,7 @@ class QueueStore:
         def run():
             now = self.clock()
             lost = self._reap(now, [self.worker])
-            self._beat(now, 1)
+            self.registry.upsert(1)
             return lost
         return self._tx(run)
 
@@ -317,7 +313,7 @@ class QueueStore:
         becomes ringing. Agents this caller already rang unanswered come last in line."""
         def run():
             now = self.clock()
-            self._beat(now, free_slots)
+            self.registry.upsert(free_slots)
             self._reap(now)
             row = self._q("SELECT queue, state, tried FROM callers WHERE call_id=?", call_id)
             if not row or row[0][1] != "waiting":

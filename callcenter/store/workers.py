@@ -30,11 +30,15 @@ class WorkerRegistry:
 
     def beat(self, free_slots: int = 1) -> None:
         with self.db.transaction():
-            self.db.execute(
-                "INSERT INTO workers(worker, pid, seen, free_slots, host, version, control) VALUES(?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(worker) DO UPDATE SET pid=excluded.pid, seen=excluded.seen, free_slots=excluded.free_slots, "
-                "host=excluded.host, version=excluded.version, control=excluded.control",
-                (self.worker, os.getpid(), self.clock(), free_slots, self.host, self.version, self.control))
+            self.upsert(free_slots)
+
+    def upsert(self, free_slots: int) -> None:
+        """This worker's row, inside the caller's transaction (the queue store beats with it too)."""
+        self.db.execute(
+            "INSERT INTO workers(worker, pid, seen, free_slots, host, version, control) VALUES(?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(worker) DO UPDATE SET pid=excluded.pid, seen=excluded.seen, free_slots=excluded.free_slots, "
+            "host=excluded.host, version=excluded.version, control=excluded.control",
+            (self.worker, os.getpid(), self.clock(), free_slots, self.host, self.version, self.control))
 
     def reap_calls(self, calls, stale_s: float = WORKER_STALE_S) -> int:
         """Give the open calls of workers silent for `stale_s` their end (`worker_lost`). The workers'
