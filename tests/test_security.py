@@ -21,6 +21,7 @@ import pytest
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
 from tests.conftest import ROOT, free_tcp_port, free_udp_port, rtp_base, wait_for
+from tests.kamailio import Kamailio
 from tests.sipraw import RawUac, request, status_of
 
 pytestmark = [pytest.mark.slow]
@@ -69,13 +70,11 @@ def balancer(tmp_path_factory):
                     "--caller", "alice=ALICE_PASSWORD", "--rate-limit", "30"], check=True, capture_output=True,
                    env=env)
     log = d / "kamailio.log"
-    kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(d / "cfg" / "kamailio.cfg"), "-P", str(d / "k.pid")],
-                           stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    kam = Kamailio(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
     time.sleep(2.0)
     assert kam.poll() is None, log.read_text()[-3000:]
     yield {"port": port, "agent": agent, "log": log, "dir": d}
-    kam.terminate()
-    kam.wait(10)
+    kam.stop()
     agent.stop()
 
 

@@ -27,6 +27,7 @@ import uuid
 import pytest
 
 from tests.conftest import ROOT, free_udp_port, rtp_base, wait_for
+from tests.kamailio import Kamailio
 from tests.sipraw import SDP, RawUac, header, request, status_of
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
@@ -137,8 +138,7 @@ def center(request, tmp_path_factory):
                         "bob=BOB_PW", "--rate-limit", "200",
                         *(["--db", request.getfixturevalue("postgres_server").new_database()]
                           if request.param == "postgres" else [])], check=True, capture_output=True, env=env)
-        kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(d / "cfg" / "kamailio.cfg"), "-P",
-                                str(d / "k.pid")], stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+        kam = Kamailio(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
         # up when it answers OPTIONS
         assert wait_for(lambda: _options_ok(uac, balancer), 10), log.read_text()[-3000:]
         store = QueueStore(agent.store, "test")
@@ -147,8 +147,7 @@ def center(request, tmp_path_factory):
     finally:
         uac.close()
         if kam is not None:
-            kam.terminate()
-            kam.wait(10)
+            kam.stop()
         agent.stop()
 
 

@@ -16,18 +16,13 @@ import uuid
 import pytest
 
 from tests.conftest import free_udp_port, wait_for
+from tests.kamailio import Kamailio
 from tests.sipraw import RawUac, request
 from tests.test_security_agents import PASSWORDS, Uac, _register
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 if not shutil.which("kamailio"):
     pytest.skip("kamailio is needed (scripts/setup installs it)", allow_module_level=True)
-
-
-def start_kamailio(cfg, log, pid):
-    kam = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(pid)],
-                           stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
-    return kam
 
 
 def test_a_kamailio_restart_loses_no_registration(tmp_path, postgres_server):
@@ -44,15 +39,14 @@ def test_a_kamailio_restart_loses_no_registration(tmp_path, postgres_server):
     assert "BOB_PW" not in cfg.read_text() and PASSWORDS["bob"] not in cfg.read_text()  # HA1 in the table only
     name = url.rsplit("/", 1)[1]
     assert postgres_server.sql("SELECT destination FROM dispatcher", name) == f"sip:127.0.0.1:{worker.local[1]}"
-    kam = start_kamailio(cfg, log, pid)
+    kam = Kamailio(cfg, log, pid)
     try:
         kam_addr = ("127.0.0.1", balancer)
         assert wait_for(lambda: _register(phone, kam_addr, "bob", [f"sip:bob@127.0.0.1:{phone.local[1]}"]) == 200,
                         10), log.read_text()[-2000:]
         assert postgres_server.sql("SELECT username FROM location", name) == "bob"  # written through
-        kam.terminate()
-        kam.wait(10)
-        kam = start_kamailio(cfg, log, pid)
+        kam.stop()
+        kam = Kamailio(cfg, log, pid)
         time.sleep(2)
         # the worker rings bob through the restarted balancer: his phone, registered before, rings
         call_id = f"{uuid.uuid4().hex}@127.0.0.1"
@@ -68,7 +62,6 @@ def test_a_kamailio_restart_loses_no_registration(tmp_path, postgres_server):
                 break
         assert got.startswith(b"INVITE sip:bob@127.0.0.1"), (got[:200], log.read_text()[-2000:])
     finally:
-        kam.terminate()
-        kam.wait(10)
+        kam.stop()
         worker.close()
         phone.close()

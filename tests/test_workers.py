@@ -14,6 +14,7 @@ import pytest
 
 from callcenter.call.events import read_events
 from tests.conftest import FLOW, free_udp_port
+from tests.kamailio import Kamailio
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 ROUTED_UAC = Path(__file__).resolve().parent / "sipp" / "uac_routed.xml"
@@ -145,8 +146,7 @@ def test_kamailio_digest_authentication_of_callers(tmp_path, monkeypatch):
     cfg = tmp_path / "kam" / "kamailio.cfg"
     assert oct(cfg.stat().st_mode & 0o777) == "0o600"
     kam_log = tmp_path / "kamailio.log"
-    kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(tmp_path / "kam.pid")],
-                                stdout=subprocess.DEVNULL, stderr=open(kam_log, "wb"))
+    kamailio = Kamailio(cfg, kam_log, tmp_path / "kam.pid")
 
     def call(user: str, password: str, tag: str) -> str:
         subprocess.run(["sipp", "-sf", str(AUTH_UAC), f"127.0.0.1:{balancer}", "-s", "agent", "-i", "127.0.0.1",
@@ -172,6 +172,5 @@ def test_kamailio_digest_authentication_of_callers(tmp_path, monkeypatch):
         assert int(row["SuccessfulCall(C)"]) == 0
         assert len(agent.calls()) == 1
     finally:
-        kamailio.terminate()
-        kamailio.wait(10)
+        kamailio.stop()
         agent.stop()
