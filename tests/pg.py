@@ -22,9 +22,12 @@ def pg_bin() -> Path | None:
 
 
 class Postgres:
-    def __init__(self, port: int):
+    def __init__(self, port: int, address: str = "127.0.0.1", clients: str | None = None):
+        """`address`: where it listens besides loopback (a test network's); `clients`: the network
+        (CIDR) whose hosts may connect to it there, without a password as on loopback."""
         self.bin = pg_bin()
         self.port = port
+        self.address, self.clients = address, clients
         self.dir = Path(tempfile.mkdtemp(prefix="callcenter-pg-"))
         self.data, self.log = self.dir / "data", self.dir / "server.log"
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -39,7 +42,11 @@ class Postgres:
         if not self.data.exists():
             self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
                       "-E", "UTF8", "--no-locale")
-        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+            if self.clients:
+                hba = self.data / "pg_hba.conf"
+                self._run("sh", "-c", f"echo 'host all all {self.clients} trust' >> {hba}")
+        listen = ",".join(dict.fromkeys(["127.0.0.1", self.address]))
+        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses={listen} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.log), "-w",
                   "-t", "60", "start")
@@ -62,7 +69,7 @@ class Postgres:
         """A fresh database for one test; its URL."""
         name = f"cc_{os.getpid()}_{next(_names)}"
         self.sql(f"CREATE DATABASE {name}")
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+        return f"postgresql://postgres@{self.address}:{self.port}/{name}"
 
     def close(self) -> None:
         self.stop("immediate")

@@ -3,6 +3,7 @@ tests and `bench call --workers N` run."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -27,10 +28,16 @@ def control_request(url: str, token: str, path: str, body: dict | None = None) -
 
 class Fleet:
     """`serve --workers N` with Kamailio in front, as child processes on loopback: what the scaling
-    test and `bench call --workers N` run. Callers dial `uri` (the balancer)."""
+    test and `bench call --workers N` run. Callers dial `uri` (the balancer).
+
+    One host of several (`lab.hosts.HostNetwork`): `host` is its address, `prefix` what runs a
+    command there, and `balancer` the address of a Kamailio the hosts share (then `start` starts
+    none of its own)."""
 
     def __init__(self, workdir: Path, flow: str | Path, workers: int, sip_port: int, balancer_port: int,
-                 rtp_port: int = 31000, extra_config: str = "", agents: dict[str, str] | None = None):
+                 rtp_port: int = 31000, extra_config: str = "", agents: dict[str, str] | None = None,
+                 host: str = "127.0.0.1", prefix: list[str] | None = None, balancer: str | None = None,
+                 env: dict[str, str] | None = None):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.flow = str(flow)
@@ -39,28 +46,41 @@ class Fleet:
         self.balancer_port = balancer_port
         self.recordings = self.dir / "recordings"
         self.config = self.dir / "sip.yaml"
-        self.config.write_text(f"listen: {{host: 127.0.0.1, port: {sip_port}}}\nrtp_port: {rtp_port}\n"
+        self.host, self.prefix, self.env = host, prefix or [], env
+        self.shared_balancer = balancer is not None
+        balancer = balancer or host
+        self.config.write_text(f"listen: {{host: {host}, port: {sip_port}}}\nrtp_port: {rtp_port}\n"
                                f"max_calls: 4\nrecordings: {self.recordings}\n"
-                               f"trusted_proxies: ['127.0.0.1:{balancer_port}']\n" + extra_config)
+                               f"trusted_proxies: ['{balancer}:{balancer_port}']\n" + extra_config)
         self.log_path = self.dir / "workers.log"
         self.kamailio_log = self.dir / "kamailio.log"
         self.agents = agents or {}  # human agents (user -> password) who register with the Kamailio
-        self.uri = f"sip:agent@127.0.0.1:{balancer_port}"
+        self.uri = f"sip:agent@{balancer}:{balancer_port}"
         self.pool: subprocess.Popen | None = None
         self.kamailio: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180) -> "Fleet":
-        self.pool = subprocess.Popen([sys.executable, "-m", "callcenter.cli", "serve", "--workers", str(self.workers),
-                                      "--config", str(self.config), "--flow", self.flow],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"))
+        return self.launch().wait_started(timeout)
+
+    def launch(self) -> "Fleet":
+        """Start the workers without waiting for them (`wait_started`)."""
+        self.pool = subprocess.Popen([*self.prefix, sys.executable, "-m", "callcenter.cli", "serve", "--workers",
+                                      str(self.workers), "--config", str(self.config), "--flow", self.flow],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"), env=self.env)
+        return self
+
+    def wait_started(self, timeout: float = 180) -> "Fleet":
+        assert self.pool is not None
         deadline = time.monotonic() + timeout
         while len(self.log_lines("sip_listening")) < self.workers:
             if time.monotonic() > deadline or self.pool.poll() is not None:
                 raise RuntimeError(f"workers did not start:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(0.2)
+        if self.shared_balancer:
+            return self
         from callcenter.telephony.kamailio import write_kamailio_config
 
-        cfg = write_kamailio_config(self.dir / "kamailio", f"127.0.0.1:{self.balancer_port}",
+        cfg = write_kamailio_config(self.dir / "kamailio", f"{self.host}:{self.balancer_port}",
                                     worker_uris(load_server_config(self.config), self.workers),
                                     agents=self.agents)
         self.kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(self.dir / "kam.pid")],
@@ -97,6 +117,20 @@ class Fleet:
         for w in self.log_lines("worker_started"):
             latest[w["worker"]] = w["pid"]
         return [latest[i] for i in sorted(latest)]
+
+    def worker_uris(self) -> list[str]:
+        return worker_uris(load_server_config(self.config), self.workers)
+
+    def kill(self) -> None:
+        """kill -9 every worker, then the pool: the host dies as in a power cut (the pool first would
+        have the workers told to stop, and they would start to end their calls cleanly)."""
+        for pid in [*self.worker_pids(), *([self.pool.pid] if self.pool else [])]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.pool:
+            self.pool.wait(10)
 
     def calls(self) -> list[Path]:
         return sorted(self.recordings.glob("*/*.jsonl"))

@@ -51,28 +51,29 @@ class Softphone:
     """One baresip process placing one call."""
 
     def __init__(self, workdir: Path, mic_wav: Path, user: str = "caller", registrar: str | None = None,
-                 password: str | None = None, answer: bool = True, port: int = 0):
+                 password: str | None = None, answer: bool = True, port: int = 0, host: str = "127.0.0.1"):
         """A caller's phone, or with `registrar` (host:port) a human agent's: it registers there as
         `user` (digest `password`) and answers every call at once (`answer=False`: lets it ring).
-        With `port` (and no registrar) it listens there and answers calls to sip:USER@127.0.0.1:PORT."""
+        With `port` (and no registrar) it listens there and answers calls to sip:USER@HOST:PORT; `host`
+        is the address it sends and listens from."""
         if not shutil.which("baresip"):
             raise SoftphoneError("baresip is not installed (apt-get install baresip-core)")
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         mods = "\n".join(f"module {m}.so" for m in BARESIP_MODULES)
         (self.dir / "config").write_text(
-            f"poll_method epoll\nsip_listen 127.0.0.1:{port}\naudio_player aubridge,nil\n"
+            f"poll_method epoll\nsip_listen {host}:{port}\naudio_player aubridge,nil\n"
             f"audio_source aufile,{Path(mic_wav).resolve()}\naudio_alert aubridge,nil\n"
-            f"net_interface 127.0.0.1\nmodule_path {_module_dir()}\n{mods}\nsnd_path {self.dir.resolve()}\n"
+            f"net_interface {host}\nmodule_path {_module_dir()}\n{mods}\nsnd_path {self.dir.resolve()}\n"
         )
         if registrar:
             (self.dir / "accounts").write_text(
                 f"<sip:{user}@{registrar}>;auth_pass={password};answermode={'auto' if answer else 'manual'};"
                 f"regint=600\n")
         else:
-            (self.dir / "accounts").write_text(f"<sip:{user}@127.0.0.1>;regint=0"
+            (self.dir / "accounts").write_text(f"<sip:{user}@{host}>;regint=0"
                                                f"{';answermode=auto' if port and answer else ''}\n")
-        self.uri = f"sip:{user}@127.0.0.1:{port}" if port else None
+        self.uri = f"sip:{user}@{host}:{port}" if port else None
         self.log_path = self.dir / "baresip.log"
         self.proc: subprocess.Popen | None = None
         self.dialed_at: float | None = None

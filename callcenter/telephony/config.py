@@ -234,6 +234,14 @@ class ServerConfig(_Strict):
                 raise ValueError(str(exc)) from None
         return v
 
+    @model_validator(mode="after")
+    def _named_on_a_shared_store(self) -> "ServerConfig":
+        # a worker is known to the others by its SIP address: 0.0.0.0:5062 would be every host's
+        if self.store and self.store.startswith("postgresql") and ipaddress.ip_address(self.listen.host).is_unspecified:
+            raise ValueError(f"listen.host {self.listen.host} cannot name this worker to the other hosts on "
+                             "a shared store: give this host's own address")
+        return self
+
     def store_url(self) -> StoreUrl:
         """Where the store is: `store:`, else the deprecated contact_center.store, else
         callcenter.db beside the config file."""
