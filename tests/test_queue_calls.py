@@ -27,7 +27,9 @@ from callcenter.lab.softphone import Softphone, caller_audio
 from callcenter.store.calls import CallRecords
 from callcenter.store.db import open_database
 from callcenter.store.url import StoreUrl
+from callcenter.telephony.config import load_server_config
 from callcenter.telephony.kamailio import write_kamailio_config
+from callcenter.workers import fleet_control_urls
 from tests.conftest import free_tcp_port, free_udp_port, rtp_base
 from tests.kamailio import Kamailio
 from tests.pg import Postgres, pg_bin
@@ -177,6 +179,8 @@ def test_six_callers_wait_in_one_queue_across_two_hosts_and_reach_agents(tmp_pat
         assert set(on.values()) & first and set(on.values()) - first, on  # callers on both hosts
         before = {a["name"]: a["state"] for a in board["agents"]}
         assert before == {"alice": "paused", "bob": "logged_out", "carol": "logged_out"}, before
+        # the console (`tui --config` on any host) finds all four workers in the store
+        assert sorted(fleet_control_urls(load_server_config(hosts[1].config))) == sorted(urls)
         # the first host dies whole: kill -9 of its pool and workers, and off the network
         hosts[0].kill()
         net.isolate(0)
@@ -193,6 +197,7 @@ def test_six_callers_wait_in_one_queue_across_two_hosts_and_reach_agents(tmp_pat
         wait_until(lambda: all(outcomes()[c] == "worker_lost" for c in order if on[c] in first), 15,
                    "the dead host's calls to end as worker_lost")
         assert all(outcomes()[c] is None for c in survivors), outcomes()
+        assert sorted(fleet_control_urls(load_server_config(hosts[1].config))) == urls[2:]
         # the agents come in (from the console's API), longest idle first: alice, then bob, then carol
         assert api(survivor, token, "/api/agents/alice/resume", {})["state"] == "available"
         time.sleep(0.3)

@@ -3,10 +3,12 @@ database restarts in the middle of the call; a store that cannot be reached at s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,10 +45,35 @@ def live_call_id(agent: AgentProcess) -> str:
     return agent.calls()[0].stem
 
 
+class ConsoleTap(threading.Thread):
+    """What a console connected to the control API is sent: the contact center's own events."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.events = url, []
+
+    def run(self) -> None:
+        import aiohttp
+
+        async def follow():
+            async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {CONTROL_TOKEN}"}) as http:
+                async with http.ws_connect(self.url + "/api/events") as ws:
+                    async for msg in ws:
+                        data = msg.json()
+                        if data.get("type") == "event" and "call_id" not in data["event"]:
+                            self.events.append(data["event"])
+        try:
+            asyncio.run(follow())
+        except Exception as exc:
+            self.events.append({"kind": "tap_failed", "error": repr(exc)})  # the agent stopped
+
+
 def test_a_call_survives_a_database_restart_and_its_row_is_written_when_it_returns(tmp_path, postgres_server):
     url = postgres_server.new_database()
-    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW,
-                         extra_config=f"store: '{url}'\n").start()
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                         token=CONTROL_TOKEN, extra_config=f"store: '{url}'\n").start()
+    console = ConsoleTap(agent.control_url)
+    console.start()
     try:
         mic = caller_audio([], tmp_path / "mic.wav", lead_s=30, gap_s=0, tail_s=0)
         with Softphone(tmp_path / "caller", mic, user="4930123456") as phone:
@@ -68,6 +95,10 @@ def test_a_call_survives_a_database_restart_and_its_row_is_written_when_it_retur
         assert row["caller_number"] == "4930123456" and row["flow"] and row["recording"].endswith(".wav")
         assert row["ended"] >= row["started"] and row["events"].endswith(".jsonl")
         assert '"store_available_again"' in agent.log()
+        # the console was told both: the store went away (with the writes waiting), and came back
+        assert wait_for(lambda: [e["state"] for e in console.events if e["kind"] == "store"] ==
+                        ["unavailable", "available"], 10), console.events
+        assert "***" not in json.dumps(console.events) and "postgresql://" in console.events[0]["store"]
     finally:
         agent.stop()
 

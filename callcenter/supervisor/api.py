@@ -123,6 +123,7 @@ class ControlApi:
         self._clients: set[_Client] = set()
         self._runner: web.AppRunner | None = None
         self._table: asyncio.Task | None = None
+        self._store_down = False  # what the consoles were last told about the store
         self.url = ""
 
     # ------------------------------------------------------------ lifecycle
@@ -169,9 +170,25 @@ class ControlApi:
         for client in list(self._clients):
             client.send(message)
 
+    def _store_event(self) -> dict:
+        outbox = getattr(self.agent, "outbox", None)
+        return {"kind": "store", "state": "unavailable" if self._store_down else "available",
+                "waiting_writes": len(outbox) if outbox is not None else 0,
+                "store": self.agent.config.store_url().display, "wall": round(time.time(), 3)}
+
+    def _check_store(self) -> None:
+        """Tell the consoles when the store stops taking this worker's writes, and when it takes
+        them again (the writes wait meanwhile, and none is lost)."""
+        outbox = getattr(self.agent, "outbox", None)
+        down = bool(outbox is not None and outbox.warned)
+        if down != self._store_down:
+            self._store_down = down
+            self._broadcast({"type": "event", "event": self._store_event()})
+
     async def _send_table(self) -> None:
         while True:
             await asyncio.sleep(TABLE_EVERY_S)
+            self._check_store()
             if self._clients:
                 self._broadcast({"type": "calls", "calls": self._table_rows()})
                 if self.agent.queues is not None:
@@ -260,6 +277,8 @@ class ControlApi:
         history = {cid: [json.loads(e.to_json()) for e in live.events.history]
                    for cid, live in list(self.agent.live.items())}
         client.send({"type": "hello", "calls": self._table_rows(), "history": history})
+        if self._store_down:
+            client.send({"type": "event", "event": self._store_event()})
         self._clients.add(client)
         sender = asyncio.create_task(self._pump(client))
         try:

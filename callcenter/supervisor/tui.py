@@ -566,7 +566,14 @@ class SupervisorApp(App):
     def on_event_arrived(self, message: EventArrived) -> None:
         if "call_id" not in message.event:  # the contact center's own events: an agent's state
             e = message.event
-            if e.get("kind") == "agent_state":
+            if e.get("kind") == "store":
+                if e.get("state") == "unavailable":
+                    self.notify(f"{message.server}: the store {e.get('store', '')} does not answer; "
+                                f"{e.get('waiting_writes', 0)} writes wait for it (calls go on)",
+                                severity="warning", timeout=30)
+                else:
+                    self.notify(f"{message.server}: the store answers again; nothing was lost")
+            elif e.get("kind") == "agent_state":
                 self.notify(f"{e.get('agent')}: {str(e.get('state', '')).replace('_', ' ')}"
                             f"{' (' + e['reason'] + ')' if e.get('reason') else ''} — by {e.get('by', '?')}")
             return
