@@ -289,6 +289,58 @@ def test_main_screen_140x42_columns_are_not_cut(snap_compare):
     assert snap_compare(offline_app(), terminal_size=(140, 42), run_before=run_before)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (140, 42)])
+def test_no_key_or_column_is_cut_at_any_width(size):
+    """The footer shows whole keys only (the commonest first, help always), none past the edge;
+    a cell that grows after its row was added widens its column."""
+    from textual.widgets import DataTable
+    from textual.widgets._footer import FooterKey
+
+    async def run():
+        app = offline_app()
+        async with app.run_test(size=size) as pilot:
+            await feed(app, pilot, calls=2)
+            app.post_message(CallsUpdated("http://127.0.0.1:9", [
+                row("call-00", 0, node="a_rather_long_node", last_intent="billing_dispute", state="transferring"),
+                row("call-01", 1)]))
+            await pilot.pause()
+            keys = [k for k in app.screen.query(FooterKey) if "-command-palette" not in k.classes]
+            palette = next(k for k in app.screen.query(FooterKey) if "-command-palette" in k.classes)
+            assert {k.action for k in keys} >= {"say", "take_over", "help", "release", "pause", "hangup"}
+            assert all(k.region.right <= palette.region.x for k in keys), [(k.action, k.region) for k in keys]
+            assert ("transfer" in {k.action for k in keys}) == (size[0] >= 120)
+            cells = [str(c) for c in app.query_one("#calls", DataTable).get_row("http://127.0.0.1:9|call-00")]
+            assert "transferring" in cells
+            if size[0] >= 140:
+                assert "support/a_rather_long_node" in cells and "billing_dispute" in cells, cells
+    asyncio.run(run())
+
+
+def test_an_ended_call_stays_a_while_dimmed_and_takes_no_action():
+    from textual.widgets import DataTable
+
+    from callcenter.supervisor.floor import ENDED_SHOWN_S
+
+    async def run():
+        app = offline_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await feed(app, pilot, calls=2)
+            end = {"kind": "call_end", "call_id": "call-00", "t": 9.0, "wall": 1796250000.0 + 9.0, "ended_by": "caller"}
+            app.post_message(EventArrived("http://127.0.0.1:9", end))
+            app.post_message(CallsUpdated("http://127.0.0.1:9", [row("call-01", 1)]))  # gone from the server's table
+            await pilot.pause()
+            table = app.query_one("#calls", DataTable)
+            assert "http://127.0.0.1:9|call-00" in table.rows
+            assert "ended" in [str(c) for c in table.get_row("http://127.0.0.1:9|call-00")]
+            app.selected = "http://127.0.0.1:9|call-00"
+            assert app._target() == (None, None)  # no action on an ended call
+            app.clock = lambda: 1796250000.0 + 9.0 + ENDED_SHOWN_S + 1
+            app.post_message(CallsUpdated("http://127.0.0.1:9", [row("call-01", 1)]))
+            await pilot.pause()
+            assert "http://127.0.0.1:9|call-00" not in table.rows and "http://127.0.0.1:9|call-01" in table.rows
+    asyncio.run(run())
+
+
 def test_pilot_pauses_an_agent_with_a_reason():
     """The queue screen's keys reach the agent API: `p`, a reason, Enter."""
     from callcenter.supervisor.tui import QueuesScreen

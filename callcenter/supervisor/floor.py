@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ MAX_EVENTS_PER_CALL = 2000
 # a flow_decision's own fields; anything else in it is a slot the flow heard
 DECISION_FIELDS = frozenset({"kind", "call_id", "t", "wall", "turn", "node", "intent", "score", "via", "next_node"})
 MAX_FINISHED = 200  # ended calls kept for the aggregates and a last look
+ENDED_SHOWN_S = 30.0  # an ended call stays in the table this long (dimmed), so a supervisor sees how it ended
+ENDED_SHOWN = 5  # at most this many ended calls at once
 # the stages of a turn, in order, as the waterfall shows them: (label, field of turn_latencies)
 WATERFALL = (("end of turn", "endpoint"), ("STT final", "stt"), ("flow", "flow"), ("LLM/webhook", "wait"),
              ("TTS audio", "tts"), ("RTP out", "transport"))
@@ -62,6 +65,7 @@ class CallView:
     events: deque = field(default_factory=lambda: deque(maxlen=MAX_EVENTS_PER_CALL))
     partial: str = ""  # the caller's words so far in the current turn
     ended: bool = False
+    ended_at: float | None = None  # wall clock
 
     @property
     def key(self) -> str:
@@ -144,6 +148,7 @@ class Floor:
             view.row["private"] = bool(e.get("private"))
         elif kind == "call_end":
             view.ended = True
+            view.ended_at = e.get("wall") or time.time()
             spoke = any(x.get("kind") in ("stt_final", "dtmf") for x in view.events)
             if e.get("ended_by") == "caller" and not spoke:
                 self.abandoned += 1
@@ -152,7 +157,27 @@ class Floor:
 
     def _finish(self, key: str) -> None:
         view = self.calls.pop(key)
+        if view.ended_at is None:  # gone from the server's table without a call_end (its server went away)
+            view.ended, view.ended_at = True, time.time()
+            view.row["state"] = "ended"
         self.finished.append(view)
+
+    def find(self, key: str | None) -> CallView | None:
+        """A live call, or one that ended lately."""
+        if key is None:
+            return None
+        if key in self.calls:
+            return self.calls[key]
+        return next((v for v in reversed(self.finished) if v.key == key), None)
+
+    def shown(self, now_wall: float) -> list[CallView]:
+        """What the calls table lists: the live calls, then the last few that ended within
+        ENDED_SHOWN_S (newest first)."""
+        ended = {v.key: v for v in self.finished if v.ended_at is not None and now_wall - v.ended_at <= ENDED_SHOWN_S}
+        ended.update({v.key: v for v in self.calls.values() if v.ended and v.row and v.ended_at is not None
+                      and now_wall - v.ended_at <= ENDED_SHOWN_S})
+        recent = sorted(ended.values(), key=lambda v: v.ended_at or 0, reverse=True)[:ENDED_SHOWN]
+        return self.live() + recent
 
     def live(self) -> list[CallView]:
         return sorted((v for v in self.calls.values() if v.row and not v.ended),

@@ -228,6 +228,54 @@ class PickTarget(ModalScreen[tuple[str, str] | None]):
         self.dismiss(None)
 
 
+# the main screen's keys by how often a supervisor needs them: the footer shows those that fit its
+# width, in this order of priority; every key works at any width, and `?` and the palette list all
+FOOTER_PRIORITY = ("say", "take_over", "help", "release", "pause", "hangup", "transfer", "listen", "whisper",
+                   "barge", "mark", "queues", "recordings", "flows", "ask_quit")
+PALETTE_KEY_WIDTH = 12  # "▏^p palette"
+
+
+class FitFooter(Footer):
+    """Textual's footer, with only the keys that fit, so none is cut in half: at 80 columns the
+    commonest call actions and help, from 120 transfer, listen, whisper and barge too
+    (`FOOTER_PRIORITY`)."""
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        from textual.widgets._footer import FooterKey
+
+        shown = {}
+        for _, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if binding.show and binding.action not in shown:
+                shown[binding.action] = (binding, enabled, tooltip)
+        room = (self.app.size.width or 80) - PALETTE_KEY_WIDTH
+        rank = {a: i for i, a in enumerate(FOOTER_PRIORITY)}
+        keep = set()
+        for action in sorted(shown, key=lambda a: rank.get(a, len(rank))):
+            binding = shown[action][0]
+            need = len(self.app.get_key_display(binding)) + len(binding.description) + 3
+            if need > room:
+                break  # strictly by priority: never a rarer key in place of a commoner one
+            keep.add(action)
+            room -= need
+        self.styles.grid_size_columns = len(keep)
+        for action, (binding, enabled, tooltip) in shown.items():
+            if action in keep:
+                yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description,
+                                binding.action, disabled=not enabled, tooltip=tooltip).data_bind(compact=Footer.compact)
+        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
+            found = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
+            if found is not None:
+                _, binding, enabled, tooltip = found
+                yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description, binding.action,
+                                classes="-command-palette", disabled=not enabled, tooltip=binding.tooltip or
+                                binding.description)
+
+    def on_resize(self) -> None:
+        self.refresh(recompose=True)
+
+
 class RecordingsScreen(Screen):
     BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("p", "play", "Play WAV"),
                 Binding("r", "refresh", "Refresh")]
@@ -487,7 +535,7 @@ class SupervisorApp(App):
             yield Waterfall(id="waterfall")
         yield Static(id="alerts")
         yield Static(id="stats")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#calls", DataTable)
@@ -586,7 +634,7 @@ class SupervisorApp(App):
     # ---- drawing
     def _draw_table(self) -> None:
         table = self.query_one("#calls", DataTable)
-        live = self.floor.live()
+        live = self.floor.shown(self.clock())
         keys = {v.key for v in live}
         for row_key in list(table.rows):
             if row_key.value not in keys:
@@ -595,7 +643,7 @@ class SupervisorApp(App):
             cells = self._cells(view)
             if view.key in table.rows:
                 for name, value in zip(COLUMNS, cells):
-                    table.update_cell(view.key, name, value)
+                    table.update_cell(view.key, name, value, update_width=True)
             else:
                 table.add_row(*cells, key=view.key)
         if self.selected not in keys and live:
@@ -612,7 +660,7 @@ class SupervisorApp(App):
             return 26, 34, 14, 22
         if width >= 120:
             return 22, 28, 14, 16
-        return 15, 18, 11, 9
+        return 15, 18, 12, 8
 
     def _cells(self, view) -> list:
         w_caller, w_flow, w_state, w_intent = self._widths()
@@ -620,7 +668,9 @@ class SupervisorApp(App):
         levels = row.get("levels", {})
         state = row.get("state", "")
         style = {"taken over": "bold yellow", "paused": "yellow", "talking": "green", "transferring": "magenta",
-                 "bridged": "magenta"}.get(state, "")
+                 "bridged": "magenta", "ended": "dim"}.get(state, "")
+        if view.ended:
+            state = "ended"
         seconds = int(row.get("duration_s", 0))
         marked = " ✎" if row.get("marked") else ""
         return [
@@ -663,7 +713,7 @@ class SupervisorApp(App):
     def _draw_detail(self) -> None:
         log = self.query_one("#transcript", RichLog)
         log.clear()
-        view = self.floor.calls.get(self.selected) if self.selected else None
+        view = self.floor.find(self.selected)
         if view is None:
             log.write(Text("No call selected.", style="dim"))
             self.query_one("#waterfall", Waterfall).show([])
@@ -680,7 +730,9 @@ class SupervisorApp(App):
         elif event.get("kind") in ("stt_final", "speech_start"):
             log.border_subtitle = ""
         if event.get("kind") == "first_rtp_out":
-            self.query_one("#waterfall", Waterfall).show(self.floor.calls[self.selected].turns())
+            view = self.floor.find(self.selected)
+            if view is not None:
+                self.query_one("#waterfall", Waterfall).show(view.turns())
 
     @on(DataTable.RowHighlighted, "#calls")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -689,9 +741,12 @@ class SupervisorApp(App):
 
     # ---- actions on the selected call
     def _target(self):
-        view = self.floor.calls.get(self.selected) if self.selected else None
+        view = self.floor.find(self.selected)
         if view is None:
             self.notify("no call selected", severity="warning")
+            return None, None
+        if view.ended:
+            self.notify("that call has ended", severity="warning")
             return None, None
         return self.by_url.get(view.server), view
 
