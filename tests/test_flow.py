@@ -187,3 +187,24 @@ def test_a_reload_is_prepared_off_the_event_loop_before_calls_get_it(tmp_path):
     assert library.current.version == 2 and seen["reloaded"] == 2
     assert seen["thread"] is not threading.main_thread() and seen["current_then"] == 1
     assert worst_gap < 0.2, worst_gap
+
+
+def test_a_rejected_edit_that_is_undone_is_no_longer_reported(tmp_path):
+    """The flows screen said "edit rejected" after the file was put back as it was."""
+    import os
+    import time
+    from pathlib import Path
+
+    from callcenter.dialog.library import FlowLibrary
+
+    original = (Path(__file__).parent.parent / "flows" / "support.yaml").read_text()
+    path = tmp_path / "flow.yaml"
+    path.write_text(original)
+    library = FlowLibrary(path)
+    path.write_text(original.replace("start:", "strat:"))
+    os.utime(path, ns=(time.time_ns() + 10**9,) * 2)
+    assert library.poll() is False and library.errors and library.current.version == 1
+    path.write_text(original)
+    os.utime(path, ns=(time.time_ns() + 2 * 10**9,) * 2)
+    assert library.poll() is False
+    assert library.errors == [] and library.current.version == 1

@@ -63,7 +63,12 @@ class FlowLibrary:
             return False
         self._stamp = stamp
         digest = self._digest()
-        if not digest or digest == self.digest:
+        if not digest:
+            return False
+        if digest == self.digest:  # back to the running version (a rejected edit undone)
+            if self.errors:
+                log.info("flow_edit_reverted", path=str(self.path), running_version=self.current.version)
+                self.errors = []
             return False
         try:
             flow = load_flow(self.path)
