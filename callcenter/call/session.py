@@ -167,6 +167,7 @@ class CallSession:
         self._voicemail: VoicemailRecorder | None = None
         self.bridged = False  # a warm transfer connected the caller to a person
         self.held = False  # a supervisor took the call over (or paused it): the flow does not act
+        self._heard_while_held = False  # the caller spoke to the supervisor: ask again on release
         self.paused = False
         self.marked: str | None = None
         self._supervisor_transfer = False
@@ -467,6 +468,7 @@ class CallSession:
             return
         if self.held:  # the supervisor has the call: heard and logged, not answered
             self._in_flight = max(0, self._in_flight - 1)
+            self._heard_while_held = self._heard_while_held or bool(text)
             return
         await self._decide(lambda: self.dialog.on_utterance(text, conf) if text else self.dialog.on_no_input())
 
@@ -915,8 +917,12 @@ class CallSession:
         self.held = self.paused = False
         self.bridge.resume()
         self.events.emit(ev.SUPERVISOR, action="release")
+        heard, self._heard_while_held = self._heard_while_held, False
         if self.dialog.waiting == Waiting.CALLER and self._listen is not None and not self.agent_speaking:
-            self._start_no_input(self._listen.timeout_s)
+            if heard:  # not "I didn't hear anything": the caller was talking to the supervisor
+                self._keep(asyncio.create_task(self._decide(self.dialog.on_resume, caller_input=False)))
+            else:
+                self._start_no_input(self._listen.timeout_s)
 
     def pause(self) -> None:
         """Freeze the agent where it is (its voice held mid-word, the flow holding)."""

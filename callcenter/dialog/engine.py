@@ -152,6 +152,9 @@ class Record:
 Action = Say | Silence | Listen | Transfer | Enqueue | Hangup | Fetch | Think | Record
 
 
+RESUME_QUESTION = "So, how can I help you?"  # an llm node without a prompt, given back by a supervisor
+
+
 @dataclass(frozen=True)
 class Decision:
     """Why the engine moved: for events and the supervisor."""
@@ -652,6 +655,19 @@ class Dialog:
             return self._keyed_digit(node, target, KEYPAD_END)  # the caller stopped keying: take what is there
         self.last_decision = Decision(self.node_name, None, 0.0, "no_input")
         return self._retry(node, node.no_input, no_match=False)
+
+    def on_resume(self) -> list[Action]:
+        """The call is given back by a supervisor (after a take-over) while the flow waits for the
+        caller, who spoke to the supervisor meanwhile: ask again what the node was asking, with no
+        apology for a silence that was not one, and no attempt counted."""
+        node = self._listening()
+        self.last_decision = Decision(self.node_name, None, 0.0, "resumed")
+        if self.confirming is not None and isinstance(node, AskNode):
+            return [self._say(node.slots[self.confirming].confirm, node), self._listen_yes_no(node)]
+        if isinstance(node, AskNode):
+            prompt = self._ask_prompt(node)
+            return [self._say(prompt, node, recorded=prompt == node.prompt), self._listen(node)]
+        return [self._say(getattr(node, "prompt", None) or RESUME_QUESTION, node), self._listen(node)]
 
     def _retry(self, node, apology: str, no_match: bool) -> list[Action]:
         self.attempts += 1
