@@ -582,12 +582,22 @@ def cmd_demo(args) -> int:
 
 def cmd_flows_check(args) -> int:
     bad = 0
+    stt = None
     for path in args.files:
         try:
             flow = _flow(path)
-            for warning in flow.warnings:
+            warnings = list(flow.warnings)
+            if args.hear:
+                from callcenter.hear_back import hear_back, where
+                from callcenter.hearing.stt import WhisperStt
+
+                stt = stt or WhisperStt(args.stt_model)
+                warnings += [f"{where(Path(path), m.name)}: warning: the voice's {m.name!r} was heard back as "
+                             f"{m.heard!r}; callers may not understand it either: write it as it sounds, or "
+                             "give the node a recorded `audio:`" for m in asyncio.run(hear_back(flow, stt))]
+            for warning in warnings:
                 print(warning)
-            n = len(flow.warnings)
+            n = len(warnings)
             print(f"{path}: ok" + (f" ({n} warning{'s' if n != 1 else ''})" if n else ""))
         except UserFileError as exc:
             bad += 1
@@ -917,6 +927,10 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("flows", help="flow files").add_subparsers(dest="flows_cmd", required=True)
     s = f.add_parser("check", help="check flow files, reporting file:line:col: problem")
     s.add_argument("files", nargs="+", help="flow files (their sub-flows are checked with them)")
+    s.add_argument("--hear", action="store_true",
+                   help="also say every fixed sentence with a name in it in the flow's voice and transcribe it: "
+                        "names the recognizer does not hear back are reported (a few seconds per flow)")
+    s.add_argument("--stt-model", default=None, help="the recognizer for --hear (default: the agent's own)")
     s.set_defaults(fn=cmd_flows_check)
     s = f.add_parser("schema", help="print the JSON Schema of flow files (for yaml-language-server)")
     s.set_defaults(fn=cmd_flows_schema)

@@ -99,7 +99,7 @@ def scrape(agent) -> dict[str, dict[tuple, float]]:
 # the rest, CPU work on a clock of its own (the quick tier and the slow files below), on one thread.
 SHARD_ENV = "CALLCENTER_TEST_SHARD"
 OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_simulate.py", "test_cli.py", "test_scenarios.py", "test_security_files.py",
-                      "test_local_llm.py", "test_stt_weights.py", "test_voice_derive.py", "test_supervisor_release.py",
+                      "test_local_llm.py", "test_stt_weights.py", "test_voice_derive.py", "test_supervisor_release.py", "test_hear_back.py",
                       # raw SIP signalling, no audio on a deadline
                       "test_security_agents.py", "test_store_kamailio.py"}
 
