@@ -77,3 +77,11 @@ def test_the_docs_site_builds_strictly(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "site" / "store" / "index.html").exists()
+
+
+def test_the_reference_pages_are_generated_from_the_code():
+    """docs/reference/*.md equal what `python -m callcenter.reference` makes now: a field, flag or
+    event kind added without regenerating them fails here."""
+    from callcenter.reference import main
+
+    assert main(["--check"]) == 0, "run: python -m callcenter.reference"
