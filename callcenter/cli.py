@@ -655,6 +655,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_report(args) -> int:
+    from callcenter.lab.bench.report import report
+
+    text = report(Path(args.results))
+    if args.markdown == "-":
+        print(text, end="")
+    else:
+        Path(args.markdown).write_text(text, encoding="utf-8")
+        print(f"{args.markdown}: {text.count(chr(10) + '## ')} results")
+    return 0
+
+
 def cmd_bench_queue(args) -> int:
     from callcenter.lab.bench.queue import bench_queue
 
@@ -962,6 +974,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_test)
 
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
+    s = b.add_parser("report", help="BENCHMARKS.md from the result JSON committed under benchmarks/results/")
+    s.add_argument("--results", default="benchmarks/results", help="the folder of result JSON files")
+    s.add_argument("--markdown", default="BENCHMARKS.md", help="where to write it (-: standard output)")
+    s.set_defaults(fn=cmd_bench_report)
     s = b.add_parser("call", help="scripted calls over real SIP: per-stage turn latency")
     s.add_argument("--calls", type=int, default=4)
     s.add_argument("--concurrent", type=int, default=1, help="calls in flight at once (at most 4 per worker)")

@@ -85,3 +85,17 @@ def test_the_reference_pages_are_generated_from_the_code():
     from callcenter.reference import main
 
     assert main(["--check"]) == 0, "run: python -m callcenter.reference"
+
+
+def test_benchmarks_md_is_generated_from_the_committed_results():
+    """BENCHMARKS.md equals `callcenter bench report`'s rendering of benchmarks/results/*.json, and
+    every result names the command, commit and machine that made it."""
+    import json
+
+    from callcenter.lab.bench.report import RESULTS_DIR, report
+
+    assert (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8") == report(), \
+        "run: callcenter bench report --markdown BENCHMARKS.md"
+    for path in RESULTS_DIR.glob("*.json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert {"made_by", "commit", "machine"} <= data.keys(), path
