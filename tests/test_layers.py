@@ -19,10 +19,11 @@ FLOORS = [
     {"hearing", "voice"},
     {"telephony", "dialog"},
     {"call"},
-    {"supervisor", "flowtest"},
+    {"supervisor", "flowtest", "hear_back"},
     {"server", "workers"},
     {"lab"},
     {"cli"},
+    {"reference"},  # the docs' reference pages, made from everything below
 ]
 FLOOR = {unit: i for i, units in enumerate(FLOORS) for unit in units}
 

@@ -224,7 +224,7 @@ def test_a_refused_supervisor_transfer_leaves_the_call_going(flow, stt, tts):
         await asyncio.sleep(0.5)
         session.supervisor_transfer("sip:desk@127.0.0.1")
         await asyncio.sleep(1.0)
-        ended_early = session._ended.is_set()
+        ended_early = session.ended.is_set()
         session.supervisor_say("I'm still here with you.")
         await asyncio.sleep(2.0)
         session.end("caller")
@@ -325,26 +325,26 @@ def test_a_look_for_the_console_waits_for_no_one(flow, stt, tts):
     async def main():
         session = CallSession("look", flow, MediaBridge(asyncio.get_running_loop()), SimulatedLine(),
                               CallEvents("look"), stt, tts)
-        session._decoder = DecodeExecutor(workers=1)
+        session.hearing.decoder = DecodeExecutor(workers=1)
         gate = threading.Event()
-        session._decoder.submit(gate.wait)  # another call's decode holds the recognizer
+        session.hearing.decoder.submit(gate.wait)  # another call's decode holds the recognizer
         pcm = bytes(3200)
-        session._start_decode(Pause(pcm, 1, 10, partial=True))
-        session._start_decode(Pause(pcm, 1, 12, partial=True, over_agent=True))
+        session.hearing.start_decode(Pause(pcm, 1, 10, partial=True))
+        session.hearing.start_decode(Pause(pcm, 1, 12, partial=True, over_agent=True))
         for pause in (Pause(pcm, 2, 14, partial=False), Pause(pcm, 2, 30, partial=False, recheck=True)):
-            session.listener._requested.add((pause.turn_id, pause.key))  # as the listener asks for them
-            session._start_decode(pause)
-        covering = session.listener.covering(Turn(pcm, 0.0, 1.0, turn_id=2, voiced_frames=14))
-        busy = set(session._decodes)
+            session.hearing.listener._requested.add((pause.turn_id, pause.key))  # as the listener asks for them
+            session.hearing.start_decode(pause)
+        covering = session.hearing.listener.covering(Turn(pcm, 0.0, 1.0, turn_id=2, voiced_frames=14))
+        busy = set(session.hearing.decodes)
         gate.set()
-        await session._decodes[(1, 12)]  # queued after the pause's (more urgent) decode
-        assert not session._decoder.busy
-        session._start_decode(Pause(pcm, 3, 30, partial=False, recheck=True))
-        await session._decodes[(3, 30)]
-        session._start_decode(Pause(pcm, 4, 10, partial=True))
-        idle = set(session._decodes) - busy
-        await asyncio.gather(*session._decodes.values(), return_exceptions=True)
-        session._decoder.shutdown()
+        await session.hearing.decodes[(1, 12)]  # queued after the pause's (more urgent) decode
+        assert not session.hearing.decoder.busy
+        session.hearing.start_decode(Pause(pcm, 3, 30, partial=False, recheck=True))
+        await session.hearing.decodes[(3, 30)]
+        session.hearing.start_decode(Pause(pcm, 4, 10, partial=True))
+        idle = set(session.hearing.decodes) - busy
+        await asyncio.gather(*session.hearing.decodes.values(), return_exceptions=True)
+        session.hearing.decoder.shutdown()
         return busy, idle, covering
 
     busy, idle, covering = asyncio.run(main())

@@ -149,7 +149,7 @@ async def simulate_call(flow: Flow, steps: list[CallerStep], out_dir: Path, stt,
                 await asyncio.sleep(step.over_s)
             else:
                 await _wait_agent_silent(session, bridge)
-            if session._ended.is_set():
+            if session.ended.is_set():
                 return
             if step.silence_s is not None:
                 await asyncio.sleep(step.silence_s)
@@ -198,7 +198,7 @@ async def _play_out(bridge: MediaBridge) -> None:
 
 async def _wait_agent_talking(session: CallSession, bridge: MediaBridge) -> None:
     """Wait until the agent's voice is going out (or the call ended)."""
-    while not session._ended.is_set() and not (session.agent_speaking and bridge.queued_frames and not bridge.paused):
+    while not session.ended.is_set() and not (session.agent_speaking and bridge.queued_frames and not bridge.paused):
         await asyncio.sleep(FRAME_MS / 1000)
 
 
@@ -207,7 +207,7 @@ async def _wait_agent_silent(session: CallSession, bridge: MediaBridge, final: b
     `final`: before hanging up, also wait for a voicemail being recorded to finish."""
     quiet_since = None
     clock = asyncio.get_running_loop().time
-    while not session._ended.is_set():
+    while not session.ended.is_set():
         if session.busy or session.utterances_spoken == 0 or final and session.recording_voicemail:
             quiet_since = None
         elif quiet_since is None:
