@@ -18,8 +18,9 @@ KEY_TIMEOUT_S = 4.0  # a caller keying a digit string who stops this long has fi
 
 
 class FlowRunner:
-    def __init__(self, call):
+    def __init__(self, call, services):
         self.call = call
+        self.services = services  # webhooks, models, end-of-turn judges: shared by the process's calls
         self._lock = asyncio.Lock()
         self._moved = asyncio.Event()  # the dialog took a step (caller input waiting on the agent retries)
         self.in_flight = 0  # caller turns heard but not yet answered
@@ -57,7 +58,7 @@ class FlowRunner:
                 call.events.emit(ev.ERROR, stage="flow", error=str(exc))
                 call.trouble("flow")
                 return
-            call.privacy.guard()
+            call.features.privacy.guard()
             d = call.dialog.last_decision
             fields = {"node": d.node, "intent": d.intent, "score": round(d.score, 3), "via": d.via,
                       "next_node": call.dialog.node_name}
@@ -74,10 +75,10 @@ class FlowRunner:
         call = self.call
         for action in actions:
             if isinstance(action, Fetch):
-                call.run_stage(self._fetch(action))
+                call.tasks.stage(self._fetch(action))
                 continue
             if isinstance(action, Think):
-                call.run_stage(self._think(action))
+                call.tasks.stage(self._think(action))
                 continue
             if isinstance(action, Listen):
                 self.listen = action
@@ -87,7 +88,7 @@ class FlowRunner:
     async def _fetch(self, action: Fetch) -> None:
         call = self.call
         call.events.emit(ev.WEBHOOK, node=action.node, url=action.url, method=action.method)
-        result = await call.services.fetch(action, call.log, call.dialog.redactor.scrub)
+        result = await self.services.fetch(action, call.log, call.dialog.redactor.scrub)
         call.events.emit(ev.WEBHOOK, node=action.node, status=result.status, ms=round(result.seconds * 1000),
                          **({"error": result.error} if result.error else {}))
         await self.decide(lambda: call.dialog.on_fetched(result.status, result.data, result.error), caller_input=False)
@@ -102,7 +103,7 @@ class FlowRunner:
             if gen == call.speaking.generation and not call.ended.is_set():
                 call.speaking.queue.put_nowait(Say(text))
 
-        result = await call.services.think(action, sentence, call.log)
+        result = await self.services.think(action, sentence, call.log)
         call.events.emit(ev.LLM_REPLY, node=request.node, ms=round(result.seconds * 1000),
                          first_sentence_ms=round(result.first_text_s * 1000) if result.first_text_s else None,
                          text=result.reply.text if result.reply else None,
@@ -113,7 +114,7 @@ class FlowRunner:
     def _expect(self, listen: Listen) -> None:
         call = self.call
         node = call.dialog.node
-        finished = call.services.end_of_turn(node.provider) \
+        finished = self.services.end_of_turn(node.provider) \
             if listen.kind == Expecting.SPEECH and isinstance(node, LlmNode) else None
         call.hearing.listener.expecting(Expectation(listen.kind, listen.end_silence_ms, listen.digits_min,
                                                     listen.digits_max, answers=call.dialog.would_answer,
@@ -132,7 +133,7 @@ class FlowRunner:
     async def _no_input_after(self, timeout_s: float) -> None:
         call = self.call
         await asyncio.sleep(timeout_s)
-        if not call.hearing.listener.in_speech and not call.supervision.held:
+        if not call.hearing.listener.in_speech and not call.features.supervision.held:
             call.events.next_turn()
             self.in_flight += 1
             await self.decide(call.dialog.on_no_input)

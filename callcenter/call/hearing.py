@@ -39,13 +39,13 @@ class Hearing:
             now = call.events.now()
             if call.bridged:  # a person has the caller now: keep recording, stop listening
                 continue
-            if call.queue.wait is not None:  # on hold: only the keypad (tones too) is heard
+            if call.features.queue.wait is not None:  # on hold: only the keypad (tones too) is heard
                 for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=True)):
                     if isinstance(outcome, Key):
                         self.on_key(outcome)
                 continue
-            if call.voicemail.recorder is not None:
-                call.voicemail.recorder.add(line.caller.pcm, agent_talking=call.speaking.speaking)
+            if call.features.voicemail.recorder is not None:
+                call.features.voicemail.recorder.add(line.caller.pcm, agent_talking=call.speaking.speaking)
             talking = call.speaking.speaking and not call.dialog.finished
             for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=talking)):
                 self.carry_out(outcome, now)
@@ -56,11 +56,11 @@ class Hearing:
         if isinstance(event, Key):
             self.on_key(event)
             return
-        if call.voicemail.recorder is not None:  # a message being left is recorded, not answered
-            call.voicemail.recorder.heard(event, now)
+        if call.features.voicemail.recorder is not None:  # a message being left is recorded, not answered
+            call.features.voicemail.recorder.heard(event, now)
             return
         if isinstance(event, Started):
-            call.privacy.begin_turn()
+            call.features.privacy.begin_turn()
             call.runner.cancel_no_input()
             call.events.next_turn()  # the turn's partials, final and answer share its number
             call.events.emit(ev.SPEECH_START, over_agent=event.agent_talking, floor_db=round(self.listener.floor_db, 1))
@@ -83,7 +83,7 @@ class Hearing:
             call.events.emit(ev.SPEECH_END, audio_s=round(turn.seconds, 3), silence_ms=round(event.silence_ms),
                              last_voice_t=round(now - event.silence_ms / 1000, 4), why=event.why)
             call.runner.in_flight += 1
-            call.keep(asyncio.create_task(self.recognise(turn, call.privacy.turn_private)))
+            call.tasks.keep(asyncio.create_task(self.recognise(turn, call.features.privacy.turn_private)))
 
     def start_decode(self, pause: Pause) -> None:
         call = self.call
@@ -109,7 +109,7 @@ class Hearing:
             if f.cancelled() or f.exception() is not None or call.ended.is_set():
                 return
             result = f.result()
-            call.events.emit(ev.STT_PARTIAL, text=call.privacy.shown(result.text), confidence=round(result.confidence, 3),
+            call.events.emit(ev.STT_PARTIAL, text=call.features.privacy.shown(result.text), confidence=round(result.confidence, 3),
                              audio_s=round(result.audio_s, 2), stt_s=round(result.seconds, 3), partial=pause.partial,
                              recheck=pause.recheck)
             now = call.events.now()
@@ -158,7 +158,7 @@ class Hearing:
                 self._cancel_looks(turn.turn_id, but=decode)
                 result = await self._await_transcript(decode)
                 text, conf, stt_s = result.text, result.confidence, result.seconds
-            call.events.emit(ev.STT_FINAL, text=call.privacy.shown(text, private), confidence=round(conf, 3),
+            call.events.emit(ev.STT_FINAL, text=call.features.privacy.shown(text, private), confidence=round(conf, 3),
                              stt_s=round(stt_s, 3), via=how)
         except Exception as exc:  # a recognizer that raises or stalls: tell the caller, don't go silent
             error = str(exc) or f"no transcript after {STT_GIVE_UP_S} s"
@@ -167,9 +167,9 @@ class Hearing:
             call.runner.in_flight = max(0, call.runner.in_flight - 1)
             call.trouble("stt")
             return
-        if call.supervision.held:  # the supervisor has the call: heard and logged, not answered
+        if call.features.supervision.held:  # the supervisor has the call: heard and logged, not answered
             call.runner.in_flight = max(0, call.runner.in_flight - 1)
-            call.supervision.heard(text)
+            call.features.supervision.heard(text)
             return
         await call.runner.decide(lambda: call.dialog.on_utterance(text, conf) if text else call.dialog.on_no_input())
 
@@ -208,17 +208,17 @@ class Hearing:
             return
         if not call.dialog.collecting_sensitive:  # a card number's keys are not logged one by one
             call.events.emit(ev.DTMF, digit=digit, source=source)
-        if call.voicemail.recorder is not None:
+        if call.features.voicemail.recorder is not None:
             if digit == "#":
-                call.voicemail.recorder.finish("pound")
+                call.features.voicemail.recorder.finish("pound")
             return
-        if call.queue.wait is not None:
-            call.queue.on_key(digit)
+        if call.features.queue.wait is not None:
+            call.features.queue.on_key(digit)
             return
         call.runner.cancel_no_input()
-        if call.dialog.finished or call.supervision.held:
+        if call.dialog.finished or call.features.supervision.held:
             return
         if call.speaking.speaking:
             call.speaking.interrupt(reason="keypad")
         call.runner.in_flight += 1
-        call.keep(asyncio.create_task(call.runner.decide(lambda: call.dialog.on_dtmf(digit))))
+        call.tasks.keep(asyncio.create_task(call.runner.decide(lambda: call.dialog.on_dtmf(digit))))

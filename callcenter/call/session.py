@@ -29,17 +29,16 @@ from callcenter.call import events as ev
 from callcenter.call.attendant import QueueWait
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
-from callcenter.call.features.privacy import Privacy
-from callcenter.call.features.queue_wait import QueueWaiting
-from callcenter.call.features.supervisor import SUPERVISOR_GOODBYE, Supervision
-from callcenter.call.features.transfer import GOODBYE_GRACE_S, Transferring
-from callcenter.call.features.voicemail import Voicemail
+from callcenter.call.features import Features
+from callcenter.call.features.supervisor import SUPERVISOR_GOODBYE
+from callcenter.call.features.transfer import GOODBYE_GRACE_S
 from callcenter.call.flow_runner import FlowRunner
 from callcenter.call.hearing import HOLD_ON_TEXT, STT_GIVE_UP_S, Hearing
 from callcenter.call.speaking import Speaking, unless_stalled
 from callcenter.call.state import call_state
+from callcenter.call.tasks import CallTasks
 from callcenter.dialog.engine import Dialog, Enqueue, Hangup, Listen, Record, Say, Silence, Transfer
-from callcenter.dialog.flow import Flow, trouble_destination
+from callcenter.dialog.flow import Flow
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig
 from callcenter.hearing.stt import WhisperStt
@@ -48,8 +47,6 @@ __all__ = ["CallControl", "CallSession", "SessionResult", "HOLD_ON_TEXT", "STT_G
            "recording_paths"]
 
 log = structlog.get_logger()
-
-SHUTDOWN_S = 1.0  # a stage still busy this long after the call ended is logged and left behind
 
 
 class CallControl(Protocol):
@@ -87,28 +84,24 @@ class CallSession:
                  stt: WhisperStt, tts, hearing: HearingConfig | None = None, services: FlowServices | None = None,
                  variables: dict | None = None, flow_digest: str | None = None, now=None, worker: str | None = None,
                  transport: str | None = None, backup_tts=None, transport_id: dict[str, str] | None = None):
-        self.call_id, self.flow, self.bridge, self.control, self.events = call_id, flow, bridge, control, events
+        self.call_id, self.bridge, self.control, self.events = call_id, bridge, control, events
         self.origin = CallOrigin(flow_digest, worker, transport, transport_id or {})
         self.log = log.bind(call_id=call_id)
         self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
         events.scrub = self.dialog.redactor.scrub  # card numbers and webhook keys never leave the call
-        self.services = services or FlowServices(flow)
         self.result = SessionResult()
         self.ended = asyncio.Event()
-        self.in_trouble = False  # a stage failed: the caller is being told and transferred or let go
-        self.bridged = False  # a person has the caller (a warm transfer, a queue's agent)
         self.ending_by: str | None = None  # set when the agent starts ending the call itself
         # the parts, each with one job
+        self.tasks = CallTasks(self)
         self.speaking = Speaking(self, tts, backup_tts)
         self.hearing = Hearing(self, stt, hearing)
-        self.runner = FlowRunner(self)
-        self.privacy = Privacy(self)
-        self.voicemail = Voicemail(self)
-        self.queue = QueueWaiting(self)
-        self.transferring = Transferring(self)
-        self.supervision = Supervision(self)
-        self._tasks: list[asyncio.Task] = []  # the call's loops and stages: cancelled at its end
-        self._side_tasks: set[asyncio.Task] = set()  # a turn's recognition, a key's decision: ended with the call
+        self.runner = FlowRunner(self, services or FlowServices(flow))
+        self.features = Features(self)
+
+    @property
+    def flow(self) -> Flow:
+        return self.dialog.flow
 
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
@@ -117,74 +110,21 @@ class CallSession:
                          **({"flow_digest": o.flow_digest} if o.flow_digest else {}),
                          **({"worker": o.worker} if o.worker else {}),
                          **({"transport": o.transport} if o.transport else {}), **o.transport_id)
-        for loop, name in ((self.hearing.run, "hear"), (self._perform, "speak")):
-            task = asyncio.create_task(loop(), name=f"{self.call_id}-{name}")
-            task.add_done_callback(self._stage_died)
-            self._tasks.append(task)
+        self.tasks.loop(self.hearing.run, "hear")
+        self.tasks.loop(self._perform, "speak")
         self.runner.act(self.dialog.start())
-        self.privacy.guard()
+        self.features.privacy.guard()
         await self.ended.wait()
         await self._shutdown()
         return self.result
 
-    def run_stage(self, coro) -> None:
-        """A stage of the flow's (a webhook, a model turn): ended with the call."""
-        self._tasks.append(asyncio.create_task(coro))
-
-    def keep(self, task: asyncio.Task) -> asyncio.Task:
-        """Hold a short task of this call until it is done (the loop keeps only weak references), and
-        cancel it if the call ends first."""
-        self._side_tasks.add(task)
-
-        def done(t: asyncio.Task) -> None:
-            self._side_tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                exc = t.exception()
-                # a traceback in the log, an error event, and the caller hears the flow's trouble
-                # path rather than silence
-                self.log.error("task_failed", task=t.get_name(), error=repr(exc), exc_info=exc)
-                self.events.emit(ev.ERROR, stage="task", task=t.get_name(), error=repr(exc))
-                self.trouble("task")
-
-        task.add_done_callback(done)
-        return task
-
-    def _stage_died(self, task: asyncio.Task) -> None:
-        """A hearing or speaking loop that crashes would leave the caller in dead air: restart the
-        speaking loop if it was that one, and take the trouble path (with everything recorded so far
-        kept). A second crash while in trouble ends the call."""
-        if task.cancelled() or task.exception() is None or self.ended.is_set():
-            return
-        exc = task.exception()
-        stage = task.get_name().rsplit("-", 1)[-1]
-        self.log.error("stage_failed", task=task.get_name(), error=repr(exc))
-        self.events.emit(ev.ERROR, stage=stage, error=repr(exc))
-        if self.in_trouble:
-            self.end("error")
-            return
-        if stage == "speak":
-            self.speaking.queue = asyncio.Queue()
-            speaker = asyncio.create_task(self._perform(), name=f"{self.call_id}-speak")
-            speaker.add_done_callback(self._stage_died)
-            self._tasks.append(speaker)
-        self.trouble(stage)
+    @property
+    def in_trouble(self) -> bool:
+        return self.features.trouble.active
 
     def trouble(self, stage: str) -> None:
-        """A part of the agent failed: stop the flow, tell the caller at once, then transfer them to
-        the flow's `trouble.transfer_to` or ask them to call back and hang up."""
-        if self.in_trouble or self.ended.is_set():
-            return
-        self.in_trouble = True
-        to = trouble_destination(self.flow)
-        self.log.warning("call_in_trouble", stage=stage, transfer_to=to)
-        self.events.emit(ev.TROUBLE, stage=stage, transfer_to=to)
-        self.speaking.interrupt(reason=f"{stage} failed")
-        self.runner.cancel_no_input()
-        t = self.flow.trouble
-        if to is not None:
-            self.runner.act([Say(f"{t.say} {t.transferring}"), Transfer(to=to, mode="blind")])
-        else:
-            self.runner.act([Say(f"{t.say} {t.call_back}"), Hangup()])
+        """A part of the agent failed: stop the flow, tell the caller, transfer them or let them go."""
+        self.features.trouble.begin(stage)
 
     def end(self, by: str) -> None:
         """The call is over (caller hung up, or the agent finished)."""
@@ -196,21 +136,7 @@ class CallSession:
     async def _shutdown(self) -> None:
         self.speaking.interrupt(reason="call ended", emit=False)
         self.runner.cancel_no_input()
-        for t in self._tasks:
-            if not t.done():
-                t.cancel()
-        busy = [t for t in self._tasks if not t.done()]
-        if busy:
-            _, stuck = await asyncio.wait(busy, timeout=SHUTDOWN_S)
-            for t in stuck:  # the call still ends now; the stage's stack says what it was waiting on
-                frames = [f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} {f.f_code.co_name}"
-                          for f in t.get_stack()]
-                self.log.error("stage_stuck_at_end", task=t.get_name(), stack=frames)
-        for t in self._tasks:
-            if t.done() and not t.cancelled():
-                t.exception()  # retrieved: a stage that failed while ending is not an unhandled error
-        for t in list(self._side_tasks):
-            t.cancel()
+        await self.tasks.shutdown()
         self.result.transcript = self.events.transcript()
         self.result.path = list(self.dialog.path)
         self.result.variables = dict(self.dialog.variables)
@@ -230,12 +156,12 @@ class CallSession:
             elif isinstance(action, Listen):
                 self.runner.start_no_input(action.timeout_s)
             elif isinstance(action, Record):
-                await self.voicemail.record(action)
+                await self.features.voicemail.record(action)
             elif isinstance(action, Transfer):
-                if await self.transferring.carry_out(action):
+                if await self.features.transfer.carry_out(action):
                     return
             elif isinstance(action, Enqueue):
-                if await self.queue.carry_out(action):
+                if await self.features.queue.carry_out(action):
                     return
             elif isinstance(action, Hangup):
                 await asyncio.sleep(GOODBYE_GRACE_S)
@@ -276,11 +202,16 @@ class CallSession:
 
     @property
     def recording_voicemail(self) -> bool:
-        return self.voicemail.recording
+        return self.features.voicemail.recording
+
+    @property
+    def bridged(self) -> bool:
+        """A person has the caller now (a warm transfer, a queue's agent)."""
+        return self.features.transfer.bridged
 
     @property
     def held(self) -> bool:
-        return self.supervision.held
+        return self.features.supervision.held
 
     def interrupt(self, reason: str, emit: bool = True) -> None:
         self.speaking.interrupt(reason, emit)
@@ -290,35 +221,35 @@ class CallSession:
 
     # the supervisor's controls (the control API's actions)
     def supervisor_say(self, text: str) -> None:
-        self.supervision.say(text)
+        self.features.supervision.say(text)
 
     def take_over(self) -> None:
-        self.supervision.take_over()
+        self.features.supervision.take_over()
 
     def release(self) -> None:
-        self.supervision.release()
+        self.features.supervision.release()
 
     def pause(self) -> None:
-        self.supervision.pause()
+        self.features.supervision.pause()
 
     def supervisor_transfer(self, uri: str) -> None:
-        self.supervision.transfer(uri)
+        self.features.supervision.transfer(uri)
 
     def supervisor_enqueue(self, queue: str) -> None:
-        self.supervision.enqueue(queue)
+        self.features.supervision.enqueue(queue)
 
     def supervisor_transfer_to_agent(self, name: str, uri: str) -> None:
-        self.supervision.transfer_to_agent(name, uri)
+        self.features.supervision.transfer_to_agent(name, uri)
 
     def supervisor_hangup(self, goodbye: str = SUPERVISOR_GOODBYE) -> None:
-        self.supervision.hangup(goodbye)
+        self.features.supervision.hangup(goodbye)
 
     def mark(self, note: str) -> None:
-        self.supervision.mark(note)
+        self.features.supervision.mark(note)
 
     @property
     def marked(self) -> str | None:
-        return self.supervision.marked
+        return self.features.supervision.marked
 
 
 def recording_paths(root: str | Path, call_id: str) -> tuple[Path, Path]:

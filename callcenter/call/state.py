@@ -34,15 +34,15 @@ def call_state(call) -> CallState:
         return CallState.ENDED
     if call.bridged:
         return CallState.BRIDGED
-    if call.supervision.paused:
+    if call.features.supervision.paused:
         return CallState.PAUSED
-    if call.supervision.held:
+    if call.features.supervision.held:
         return CallState.TAKEN_OVER
-    if call.queue.wait is not None:
+    if call.features.queue.wait is not None:
         return CallState.QUEUED
     if call.dialog.waiting == Waiting.TRANSFER:
         return CallState.TRANSFERRING
-    if call.voicemail.recording:
+    if call.features.voicemail.recording:
         return CallState.VOICEMAIL
     if call.speaking.speaking:
         return CallState.TALKING
@@ -52,6 +52,6 @@ def call_state(call) -> CallState:
 def driver(call) -> Driver:
     if call.bridged:
         return Driver.PERSON
-    if call.supervision.held:
+    if call.features.supervision.held:
         return Driver.SUPERVISOR
     return Driver.FLOW

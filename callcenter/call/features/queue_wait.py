@@ -40,8 +40,8 @@ class QueueWaiting:
             result = "unavailable"
         else:
             self.wait, self.callback_key = wait.start(), settings.callback_key
-            music = call.keep(asyncio.create_task(self._hold_music(), name="hold_music"))
-            announcer = call.keep(asyncio.create_task(self._announce(wait, settings), name="queue_announcer"))
+            music = call.tasks.keep(asyncio.create_task(self._hold_music(), name="hold_music"))
+            announcer = call.tasks.keep(asyncio.create_task(self._announce(wait, settings), name="queue_announcer"))
             try:
                 async with asyncio.timeout(settings.max_wait_s):
                     result = await asyncio.shield(wait.result)
@@ -62,11 +62,11 @@ class QueueWaiting:
             call.result.transferred_to = f"queue:{action.queue}/{wait.agent.name}"
             call.events.emit(ev.TRANSFER, to=wait.agent.uri, queue=action.queue, agent=wait.agent.name,
                              mode="queue", accepted=True)
-            call.bridged = True
+            call.features.transfer.bridged = True
             return True
         call.ending_by = None
-        if call.transferring.by_supervisor:  # the supervisor queued the caller; unanswered, the flow carries on
-            call.transferring.by_supervisor = False
+        if call.features.transfer.by_supervisor:  # the supervisor queued the caller; unanswered, the flow carries on
+            call.features.transfer.by_supervisor = False
             return False
         await call.runner.decide(lambda: call.dialog.on_queue_left(result), caller_input=False)
         return False

@@ -48,7 +48,7 @@ class Supervision:
         listen = call.runner.listen
         if call.dialog.waiting == Waiting.CALLER and listen is not None and not call.speaking.speaking:
             if heard:  # not "I didn't hear anything": the caller was talking to the supervisor
-                call.keep(asyncio.create_task(call.runner.decide(call.dialog.on_resume, caller_input=False)))
+                call.tasks.keep(asyncio.create_task(call.runner.decide(call.dialog.on_resume, caller_input=False)))
             else:
                 call.runner.start_no_input(listen.timeout_s)
 
@@ -63,7 +63,7 @@ class Supervision:
         call = self.call
         call.speaking.interrupt(reason="supervisor", emit=False)
         self.held = self.paused = False
-        call.transferring.by_supervisor = True
+        call.features.transfer.by_supervisor = True
         call.events.emit(ev.SUPERVISOR, action="transfer", **event)
 
     def transfer(self, uri: str) -> None:

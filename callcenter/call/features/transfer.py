@@ -16,6 +16,7 @@ class Transferring:
     def __init__(self, call):
         self.call = call
         self.by_supervisor = False  # the supervisor's own transfer: if it fails, the flow carries on
+        self.bridged = False  # a person has the caller (a warm transfer, a queue's agent)
 
     async def carry_out(self, action: Transfer) -> bool:
         """True when the call is over for the agent (put through, or bridged to a person)."""
@@ -33,7 +34,7 @@ class Transferring:
             # bridged (warm, or any transfer of a caller that cannot be REFERred): the call goes on
             # until either side hangs up
             if action.mode == "warm" or call.control.transfer_bridges:
-                call.bridged = True
+                self.bridged = True
                 return True
             call.end("transfer")
             return True
