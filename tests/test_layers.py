@@ -19,7 +19,7 @@ FLOORS = [
     {"hearing", "voice"},
     {"telephony", "dialog"},
     {"call"},
-    {"supervisor", "flowtest", "hear_back"},
+    {"supervisor", "flowtest", "hear_back", "testing"},
     {"server", "workers"},
     {"lab"},
     {"cli"},
