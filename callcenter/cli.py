@@ -229,14 +229,14 @@ def cmd_stt_average(args) -> int:
 
 def cmd_voice_train(args) -> int:
     try:
-        from callcenter.voice.train import parse_voices, train
+        from callcenter.studio.voice.train import parse_voices, train
     except ImportError as exc:
         raise CliError(f"training needs the training extra: pip install -e '.[train]' ({exc})") from None
     from callcenter.voice.runtime import VOICES_FILE
 
     if args.voices.startswith("heart=hibari"):  # the source-filter voice, distilled from hibari-tts
-        from callcenter.voice.sf_train import export, init_history
-        from callcenter.voice.sf_train import train as train_sf
+        from callcenter.studio.voice.sf_train import export, init_history
+        from callcenter.studio.voice.sf_train import train as train_sf
         from callcenter.voice.ssm_tts import SF_PREFIX, SHIPPED_VOICE_DIR
 
         out = Path(args.out) if args.out else SHIPPED_VOICE_DIR / f"{SF_PREFIX}heart.npz"
@@ -298,7 +298,7 @@ def cmd_voice_clone(args) -> int:
 
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
         raise CliError("cloning needs the training extra: pip install -e '.[train]' (torch and onnx)")
-    from callcenter.voice import clone
+    from callcenter.studio.voice import clone
 
     name = args.name
     _check_new_voice(name, args.out)
@@ -362,9 +362,9 @@ def cmd_voice_clone(args) -> int:
 
 def _clone_from_teacher(args, name: str) -> int:
     """`voice clone NAME --teacher kokoro:VOICE|piper:joe`: the teacher says `--sentences` lines with
-    its exact durations (`voice/kokoro_teacher.py`, `voice/piper_teacher.py`), then the same
+    its exact durations (`studio/voice/kokoro_teacher.py`, `studio/voice/piper_teacher.py`), then the same
     adaptation as for recordings."""
-    from callcenter.voice import clone, kokoro_teacher, piper_teacher
+    from callcenter.studio.voice import clone, kokoro_teacher, piper_teacher
 
     kind, _, voice = args.teacher.partition(":")
     if not ((kind == "kokoro" and voice) or (kind == "piper" and voice in piper_teacher.VOICES)):
@@ -402,7 +402,7 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from callcenter.voice import clone
+    from callcenter.studio.voice import clone
 
     base = args.base_voice or clone.Base.nearest(utts)
     if args.base_voice is None:
@@ -434,7 +434,7 @@ def _adapt_and_export(args, name: str, utts: list, info: dict, work: Path, hold:
 
 
 def cmd_voice_derive(args) -> int:
-    from callcenter.voice.derive import DeriveError, derive
+    from callcenter.studio.voice.derive import DeriveError, derive
 
     name = args.name
     _check_new_voice(name, args.out)

@@ -21,6 +21,7 @@ FLOORS = [
     {"call"},
     {"supervisor", "flowtest", "hear_back", "testing"},
     {"server", "workers"},
+    {"studio"},  # the training wing: serving never imports it
     {"lab"},
     {"cli"},
     {"reference"},  # the docs' reference pages, made from everything below
@@ -87,6 +88,19 @@ def test_product_code_never_imports_the_lab():
             if unit_of(name) == "lab" and not (module == "callcenter.cli" and in_function):
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_serving_never_imports_the_training_wing():
+    """Nothing the call server runs imports `callcenter.studio` (training, cloning, teachers): only
+    the command line's voice commands and the lab's benches do. Checked in the source, and in what
+    starting the server's modules loads (no torch)."""
+    serving = {"audio", "text", "yamlfile", "logs", "memory", "metrics", "store", "hearing", "voice", "telephony",
+               "dialog", "call", "supervisor", "flowtest", "server", "workers", "testing"}
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {name}" for path, module in modules()
+             if unit_of(module) in serving for name, line, _ in imports(path) if unit_of(name) == "studio"]
+    assert not wrong, "\n".join(wrong)
+    loaded = _loaded_by("import callcenter.server, callcenter.workers")
+    assert not {m for m in loaded if m.startswith("callcenter.studio")} and "torch" not in loaded
 
 
 def _loaded_by(code: str) -> set[str]:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from callcenter.studio.voice.sf_model import SfConfig, SfVoiceModel
 from callcenter.voice import source_filter as sf
-from callcenter.voice.sf_model import SfConfig, SfVoiceModel
 from callcenter.voice.sf_runtime import SfVoice, SourceFilterStream, export_sf_voice
 
 
@@ -81,7 +81,7 @@ def test_streamed_source_filter_equals_the_whole_utterance():
 def test_the_teacher_gives_exact_durations_and_envelopes():
     pytest.importorskip("hibari")
     pytest.importorskip("onnx")
-    from callcenter.voice.hibari_teacher import HibariTeacher
+    from callcenter.studio.voice.hibari_teacher import HibariTeacher
 
     teacher = HibariTeacher()
     (phonemes,) = teacher.phonemes("Your balance is twelve dollars.")
@@ -110,7 +110,7 @@ def test_a_voice_file_can_widen_its_intonation_about_its_centre(monkeypatch):
         return audio, np.concatenate([f for f, _ in captured]), np.concatenate([c for _, c in captured])
 
     # a trained voice (no f0_* in its file) speaks its predicted F0 exactly as predicted
-    from callcenter.voice.sf_model import LOG_F0_MEAN
+    from callcenter.studio.voice.sf_model import LOG_F0_MEAN
 
     voice.meta = {k: v for k, v in voice.meta.items() if not k.startswith("f0_")}
     out = np.concatenate(list(voice.frames(cond)))
@@ -146,7 +146,7 @@ def test_the_voice_says_no_where_the_text_says_no():
 def test_training_goes_on_from_a_voice_file_with_its_weights(tmp_path):
     """`sf_train --init`: a voice file (half precision) back into the torch model gives the torch
     model what the numpy voice computes."""
-    from callcenter.voice.sf_train import from_voice_file
+    from callcenter.studio.voice.sf_train import from_voice_file
 
     torch.manual_seed(1)
     path = tmp_path / "sf.npz"
@@ -163,7 +163,7 @@ def test_the_teacher_reads_training_text_as_the_voice_reads_it_on_a_call(tmp_pat
     """The student learns from the phonemes it is given at run time: our number reading and
     sentence split (`speech_chunks`), then the voice's G2P with its guard, phrase by phrase."""
     pytest.importorskip("onnx")
-    from callcenter.voice.hibari_teacher import build_dataset, load_dataset
+    from callcenter.studio.voice.hibari_teacher import build_dataset, load_dataset
     from callcenter.voice.text import speech_chunks
 
     text = "Your bill is $54.28, due 2026-03-01. Please say yes or no."

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from callcenter.audio.frames import AudioFrame
-from callcenter.voice.model import ModelConfig, VoiceModel, export_voices
+from callcenter.studio.voice.model import ModelConfig, VoiceModel, export_voices
+from callcenter.studio.voice.ssm import S4D
 from callcenter.voice.phonemes import SYMBOL_ID, Phonemizer, phoneme_ids
 from callcenter.voice.runtime import SsmVoices
 from callcenter.voice.settings import VoiceSettings, voice_problem
 from callcenter.voice.speaker import Speaker
 from callcenter.voice.spectrum import DELAY
-from callcenter.voice.ssm import S4D
 from callcenter.voice.ssm_tts import SsmTts, load_voices
 
 

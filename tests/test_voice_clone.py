@@ -42,7 +42,7 @@ def assert_a_flow_can_select(voice: str, tmp_path: Path, env: dict, timeout: flo
 
 
 def speaker_folder(folder: Path, count: int, seed: int = 3) -> list[str]:
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.corpus import agent_lines
 
     texts = agent_lines(count, seed=seed)
     lines = []
@@ -133,8 +133,8 @@ def test_a_clone_speaks_more_like_its_speaker_and_flows_can_select_it(tmp_path, 
     than the voice it started from (and than ssm:heart), and the GE2E judge finds it closer to kal."""
     from callcenter.call.caller import speak
     from callcenter.lab.judges import SpeakerJudge
-    from callcenter.voice.clone import LEVEL_DB, speaking_level
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
 
     src = tmp_path / "kal"
@@ -236,8 +236,8 @@ def test_the_shipped_clone_speaks_as_loud_as_the_house_voice():
     """ssm:allison's adapted decoder comes out 2.3 dB under the level her clips were brought to;
     the gain set at cloning brings her to ssm:heart's level, measured the way the clips were."""
     from callcenter.call.caller import speak
-    from callcenter.voice.clone import LEVEL_DB, speaking_level
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
 
     lines = agent_lines(6, seed=91)
     level_db = {v: 10 * np.log10(np.median([speaking_level(speak(t, v)) for t in lines])) for v in ("allison", "heart")}
@@ -249,8 +249,8 @@ def test_the_kokoro_teacher_says_our_phonemes_with_its_durations_and_pitch_on_it
     """Kokoro-82M reads the ids our G2P makes (hibari's vocabulary is Kokoro's): each phoneme's
     duration and F0 per 12.5 ms frame come from its graph, on exactly the frames of its audio, and
     jm_kumo speaks at a man's pitch; the samples are speech, not silence."""
+    from callcenter.studio.voice.kokoro_teacher import KokoroTeacher, TeacherMissing
     from callcenter.voice import source_filter as sf
-    from callcenter.voice.kokoro_teacher import KokoroTeacher, TeacherMissing
     from callcenter.voice.pitch import yin_f0
     from callcenter.voice.sf_runtime import SfVoice
 
@@ -293,9 +293,9 @@ def test_a_voice_learnt_from_a_kokoro_teacher_speaks_at_its_pitch_and_flows_can_
     is adapted on them, and the voice (a man's, from a woman's) is one flows can select; on lines it
     did not learn it speaks at the teacher's pitch and at the house level."""
     from callcenter.call.caller import speak
-    from callcenter.voice.clone import LEVEL_DB, speaking_level
-    from callcenter.voice.corpus import agent_lines
-    from callcenter.voice.kokoro_teacher import KokoroTeacher
+    from callcenter.studio.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
+    from callcenter.studio.voice.kokoro_teacher import KokoroTeacher
     from callcenter.voice.pitch import yin_f0
     from callcenter.voice.sf_runtime import SfVoice
 
@@ -325,7 +325,7 @@ def test_piper_durations_are_lined_up_with_our_phonemes_and_keep_every_sample():
     samples of the espeak symbols it stands for (misaki W = espeak aʊ, T = the flap ɾ, əɹ = ɚ), a
     length mark's time goes to its vowel, a symbol only one G2P has takes its time from a
     neighbour, Piper's silences go to the phrase's pads, and no sample is lost."""
-    from callcenter.voice.piper_teacher import misaki_durations
+    from callcenter.studio.voice.piper_teacher import misaki_durations
 
     # "router": ɹˈaʊɾɚ against ɹˈWTəɹ, with the pads ("") at the phrase's ends
     espeak = [("ɹ", 100), ("ˈ", 50), ("a", 200), ("ʊ", 100), ("ɾ", 80), ("ɚ", 300)]
@@ -345,7 +345,7 @@ def test_piper_durations_are_lined_up_with_our_phonemes_and_keep_every_sample():
 def test_a_clone_can_start_from_a_derived_voice():
     """`voice clone --base ssm:reed` adapts ssm:heart's network heard through reed's pitch and
     formant moves; a base that is not a source-filter voice here is refused before any work."""
-    from callcenter.voice.clone import Base, CloneError
+    from callcenter.studio.voice.clone import Base, CloneError
     from callcenter.voice.ssm_tts import sf_voice_files
 
     reed = Base.named("ssm:reed")
@@ -361,8 +361,8 @@ def test_a_clone_starts_from_the_voice_nearest_its_speakers_pitch_and_goes_on_on
     """`--base auto` takes ssm:reed for a man's pitch and ssm:heart for a woman's; a checkpoint goes
     on only with the base it was started from (another would read its weights in the wrong pitch
     and formant domain)."""
+    from callcenter.studio.voice.clone import Adapter, Base, CloneError, Utterance
     from callcenter.voice import source_filter as sf
-    from callcenter.voice.clone import Adapter, Base, CloneError, Utterance
     from callcenter.voice.sf_runtime import SfVoice
 
     (ids,) = SfVoice.g2p()("Hello there.")
@@ -393,8 +393,8 @@ def test_the_critic_learns_beside_the_clone_and_goes_on_from_its_checkpoint(tmp_
     before the critic came."""
     import torch
 
+    from callcenter.studio.voice.clone import CRITIC_FROM, Adapter, Base, Utterance, recorded_power
     from callcenter.voice import source_filter as sf
-    from callcenter.voice.clone import CRITIC_FROM, Adapter, Base, Utterance, recorded_power
     from callcenter.voice.sf_runtime import SfVoice
 
     phrases = SfVoice.g2p()("Thank you for calling, how can I help you today?")
@@ -437,7 +437,7 @@ def test_a_clone_matches_its_speakers_intonation_on_sentences_not_lone_words():
     """A voice speaks sentences: the widening of its intonation is measured on the clips of three
     words or more (the Asterisk speaker's lone digits and letters would make it too narrow), and on
     every clip when the folder has no sentences."""
-    from callcenter.voice.clone import MIN_VOICED, matched_spread, words_said
+    from callcenter.studio.voice.clone import MIN_VOICED, matched_spread, words_said
     from callcenter.voice.sf_runtime import SfVoice, hibari_vocab
 
     g2p, gap = SfVoice.g2p(), hibari_vocab()[" "]

@@ -50,8 +50,8 @@ def test_a_derived_voice_speaks_lower_with_lower_formants_as_loud_and_as_clear_a
     from callcenter.call.caller import speak
     from callcenter.hearing.stt import WhisperStt
     from callcenter.lab.wer import wer
-    from callcenter.voice.clone import speaking_level
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.clone import speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
 
     voices = tmp_path / "voices"
@@ -127,8 +127,8 @@ def test_the_shipped_male_voice_is_heart_derived_and_speaks_as_a_man_at_the_hous
     """ssm:reed: a male US voice with the house voice's network (the spectral ssm:joe is rated
     far lower by DNSMOS: bench tts)."""
     from callcenter.call.caller import speak
-    from callcenter.voice.clone import LEVEL_DB, speaking_level
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.clone import LEVEL_DB, speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
     from callcenter.voice.pitch import yin_f0
     from callcenter.voice.sf_runtime import load_sf_voice
     from callcenter.voice.ssm_tts import SHIPPED_VOICE_DIR, sf_voice_files

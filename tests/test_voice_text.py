@@ -52,8 +52,8 @@ def test_streamed_text_is_released_sentence_by_sentence():
 def test_the_voice_learns_conversation_beyond_its_prompt_templates():
     """The source-filter voice's corpus holds short replies, questions and read-backs as well as
     the prompt templates: filled in completely, the same for a seed, each one spoken words."""
-    from callcenter.voice.corpus import conversation_lines, training_sentences
-    from callcenter.voice.sf_train import CONVERSATION_LINES
+    from callcenter.studio.voice.corpus import conversation_lines, training_sentences
+    from callcenter.studio.voice.sf_train import CONVERSATION_LINES
 
     lines = conversation_lines(300, seed=3)
     assert lines == conversation_lines(300, seed=3) and lines != conversation_lines(300, seed=4)

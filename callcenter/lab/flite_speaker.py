@@ -28,7 +28,7 @@ CREDITS = {  # written as CREDIT.txt, which `voice clone` puts in the voice file
 
 
 def lines(each: int = LINES_EACH) -> list[str]:
-    from callcenter.voice.corpus import agent_lines, conversation_lines
+    from callcenter.studio.voice.corpus import agent_lines, conversation_lines
 
     return agent_lines(each, AGENT_SEED) + conversation_lines(each, CONVERSATION_SEED)
 

@@ -128,7 +128,7 @@ def _fill(template: str, rng: random.Random) -> str:
 def texts(count: int, seed: int = 0) -> list[tuple[str, str]]:
     """(what the voice reads, the transcript) pairs: caller sentences, short answers, digit strings,
     spelled names, IVR lines and general prose."""
-    from callcenter.voice.corpus import prose_lines
+    from callcenter.studio.voice.corpus import prose_lines
 
     rng = random.Random(seed)
     prose = prose_lines()
@@ -168,7 +168,7 @@ class KokoroVoices:
     them has); `read(phonemes, rng)`."""
 
     def __init__(self):
-        from callcenter.voice.kokoro_teacher import load_kokoro
+        from callcenter.studio.voice.kokoro_teacher import load_kokoro
 
         self.kokoro = load_kokoro()
         self.names = sorted(self.kokoro.styles)
@@ -176,7 +176,7 @@ class KokoroVoices:
     def read(self, phonemes: str, rng: random.Random) -> tuple[np.ndarray, str]:
         import soxr
 
-        from callcenter.voice.kokoro_teacher import KOKORO_MAX_TOKENS, KOKORO_RATE
+        from callcenter.studio.voice.kokoro_teacher import KOKORO_MAX_TOKENS, KOKORO_RATE
 
         tokens = [self.kokoro.vocab[c] for c in phonemes if c in self.kokoro.vocab][: KOKORO_MAX_TOKENS - 2]
         if not tokens:

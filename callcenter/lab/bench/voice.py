@@ -50,7 +50,7 @@ HELD_OUT_SEED = 90210
 
 
 def held_out_sentences(count: int = 50) -> list[str]:
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.corpus import agent_lines
 
     lines = []
     if EVAL_SENTENCES.exists():
@@ -204,8 +204,8 @@ def reference_voices() -> dict:
             refs[f"flite {v} (teacher)"] = (
                 lambda t, v=v: _external(["sh", "-c", f'flite -voice {v} -f /dev/stdin -o "$0"'], normalize(t)))
     try:
+        from callcenter.studio.voice.teachers import PiperTeacher
         from callcenter.voice.phonemes import Phonemizer, phoneme_ids
-        from callcenter.voice.teachers import PiperTeacher
 
         teacher, ph = PiperTeacher(), Phonemizer()
 
@@ -217,7 +217,7 @@ def reference_voices() -> dict:
         refs["piper joe (teacher)"] = piper
     except Exception as exc:  # the train extra is not installed
         log.info("piper_unavailable", error=str(exc))
-    from callcenter.voice.kokoro_teacher import TeacherMissing
+    from callcenter.studio.voice.kokoro_teacher import TeacherMissing
 
     try:
         refs["kokoro jm_kumo (teacher)"] = kokoro_render("jm_kumo")
@@ -229,7 +229,7 @@ def reference_voices() -> dict:
 def kokoro_render(voice: str):
     """A Kokoro voice saying a sentence as our voices are given it (our number reading, then the
     voice's G2P phrase by phrase, pauses kept): what a voice learnt from it is compared with."""
-    from callcenter.voice.kokoro_teacher import KokoroTeacher
+    from callcenter.studio.voice.kokoro_teacher import KokoroTeacher
     from callcenter.voice.sf_runtime import SfVoice
     from callcenter.voice.text import speech_chunks
 
@@ -306,7 +306,7 @@ def cloned_speakers() -> dict:
 
     speakers = {"allison": allison_held_out}
     # a voice learnt from a Kokoro teacher (voice clone --teacher) against the teacher saying other lines
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.corpus import agent_lines
     from callcenter.voice.sf_runtime import read_meta
     from callcenter.voice.ssm_tts import sf_voice_files
 
@@ -325,7 +325,7 @@ def run_tts_bench(out: Path, count: int = 50, voices: list[str] | None = None, s
                   references: bool = True, save_audio: Path | None = None, dnsmos: bool = True) -> dict:
     from callcenter.hearing.stt import STOCK, WhisperStt
     from callcenter.lab.judges import Dnsmos, JudgeMissing
-    from callcenter.voice.kokoro_teacher import TeacherMissing
+    from callcenter.studio.voice.kokoro_teacher import TeacherMissing
     from callcenter.voice.ssm_tts import load_voices
 
     sentences = held_out_sentences(count)

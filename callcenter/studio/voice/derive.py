@@ -56,8 +56,8 @@ def derive(name: str, base: str, pitch: float, formant: float, out: Path) -> dic
     """Write `out`, the voice ssm:`name`: ssm:`base` with its pitch moved `pitch` semitones and its
     formants at `formant` times their frequency, at its base's speaking level. Returns what it
     wrote (base, pitch, formant, gain)."""
-    from callcenter.voice.clone import speaking_level
-    from callcenter.voice.corpus import agent_lines
+    from callcenter.studio.voice.clone import speaking_level
+    from callcenter.studio.voice.corpus import agent_lines
     from callcenter.voice.sf_runtime import SfVoice, export_derived, set_gain
     from callcenter.voice.ssm_tts import sf_voice_files
 

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from callcenter.studio.voice.ssm import GatedSsmBlock
 from callcenter.voice.phonemes import SYMBOLS
 from callcenter.voice.spectrum import HOP, LOG_MAG_MAX, N_BINS, OLA_GAIN, WIN
-from callcenter.voice.ssm import GatedSsmBlock
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Train the source-filter SSM voice from hibari-tts (CPU, resumable).
 
-    python -m callcenter.voice.sf_train --work build/sf --minutes 45
+    python -m callcenter.studio.voice.sf_train --work build/sf --minutes 45
 
 builds the teacher's dataset once (`build/sf/teacher-v2.npz`, ~20 ms a sentence), then trains with
 checkpoints every 200 steps (`build/sf/ckpt.pt`, resumed when present) until the step count or the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from callcenter.voice.sf_model import SfConfig, SfVoiceModel, losses
+from callcenter.studio.voice.sf_model import SfConfig, SfVoiceModel, losses
 
 BATCH = 16
 LR = 2e-3
@@ -88,8 +88,8 @@ def train(work: Path, steps: int, minutes: float, threads: int = 2, sentences: i
           conversation: int = CONVERSATION_LINES, init: Path | None = None, lr_peak: float | None = None) -> Path:
     """Train (or, with `init`, go on training a voice file) until `steps` or `minutes` run out; the
     peak learning rate is `LR` from scratch, `FINE_TUNE_LR` from a voice file, unless given."""
-    from callcenter.voice.corpus import training_sentences
-    from callcenter.voice.hibari_teacher import build_dataset, load_dataset
+    from callcenter.studio.voice.corpus import training_sentences
+    from callcenter.studio.voice.hibari_teacher import build_dataset, load_dataset
 
     torch.set_num_threads(threads)
     work.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from callcenter.voice.model import ConvLayer, Predictor, regulate
+from callcenter.studio.voice.model import ConvLayer, Predictor, regulate
+from callcenter.studio.voice.ssm import GatedSsmBlock
 from callcenter.voice.source_filter import N_COEF
-from callcenter.voice.ssm import GatedSsmBlock
 
 N_OUT = 2 + 3 * N_COEF  # log F0, voiced logit, three envelopes
 LOG_F0_MEAN = 5.3  # ~200 Hz; outputs are offsets from it

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from callcenter.voice.model import ModelConfig, VoiceModel, export_voices
+from callcenter.studio.voice.model import ModelConfig, VoiceModel, export_voices
 from callcenter.voice.spectrum import DELAY, HOP, WIN
 
 log = structlog.get_logger()
@@ -57,9 +57,9 @@ def parse_voices(spec: str) -> list[VoiceSpec]:
 
 # ---- data ----------------------------------------------------------------------------------------
 def prepare_data(voices: list[VoiceSpec], work: Path, sentences: int | None = None) -> dict[str, list[dict]]:
-    from callcenter.voice.align import align, train_aligner
-    from callcenter.voice.corpus import training_sentences
-    from callcenter.voice.teachers import Utterance, build_dataset, load_dataset, save_dataset
+    from callcenter.studio.voice.align import align, train_aligner
+    from callcenter.studio.voice.corpus import training_sentences
+    from callcenter.studio.voice.teachers import Utterance, build_dataset, load_dataset, save_dataset
 
     texts = training_sentences()[:sentences]
     data = {}

@@ -525,7 +525,7 @@ class Base:
     def named(cls, voice: str) -> "Base":
         """ssm:VOICE, a source-filter voice of this installation (a derived one resolved to its
         base's weights). Raises CloneError."""
-        from callcenter.voice.derive import DeriveError, resolve
+        from callcenter.studio.voice.derive import DeriveError, resolve
         from callcenter.voice.ssm_tts import sf_voice_files
 
         files = sf_voice_files()
@@ -574,7 +574,7 @@ class Adapter:
                  durations: bool = False, critic: float = CRITIC):
         import torch
 
-        from callcenter.voice.sf_train import from_voice_file
+        from callcenter.studio.voice.sf_train import from_voice_file
 
         torch.set_num_threads(threads)
         self.torch = torch
@@ -650,7 +650,7 @@ class Adapter:
     def train_step(self, total_steps: int) -> dict[str, float]:
         import torch.nn.functional as F
 
-        from callcenter.voice.sf_model import LOG_F0_MEAN
+        from callcenter.studio.voice.sf_model import LOG_F0_MEAN
         torch = self.torch
 
         lr = LR * min(1.0, (self.step + 1) / 100) * (0.5 * (1 + math.cos(math.pi * min(self.step, total_steps) / total_steps)) * 0.9 + 0.1)
@@ -739,8 +739,8 @@ class Adapter:
         the sentences' (`matched_spread`); the range is every clip's. Widened without
         that bound, an experimental clone's phrase ends fell below her lowest F0 and the judge's WER
         rose from 8.9 to 11.1 % (ad hoc, 50 sentences); within it, widening cost nothing there."""
+        from callcenter.studio.voice.sf_model import LOG_F0_MEAN
         from callcenter.voice.runtime import frames_per_id
-        from callcenter.voice.sf_model import LOG_F0_MEAN
         from callcenter.voice.sf_runtime import hibari_vocab
         torch = self.torch
 
@@ -872,7 +872,7 @@ def prepare(clips: list[Clip], work: Path, info: dict, log: Callable[[str], None
 
 
 def _analyse_all(usable: list[Clip], log: Callable[[str], None]) -> list[Utterance]:
-    from callcenter.voice.hibari_teacher import HibariTeacher
+    from callcenter.studio.voice.hibari_teacher import HibariTeacher
     from callcenter.voice.sf_runtime import SfVoice
 
     g2p, teacher = SfVoice.g2p(), HibariTeacher()

@@ -86,7 +86,7 @@ def teacher_texts(count: int, seed: int = TEACHER_SEED) -> list[str]:
     read-backs), a third English prose (CPython's docs), shuffled."""
     import random
 
-    from callcenter.voice.corpus import agent_lines, conversation_lines, prose_lines
+    from callcenter.studio.voice.corpus import agent_lines, conversation_lines, prose_lines
 
     rng = random.Random(seed)
     third = count // 3
@@ -154,7 +154,7 @@ def _say_all(voice: str, texts: list[tuple[int, str]], log: Callable[[str], None
     """Each numbered text's utterances (a list per text), named by the text's number."""
     import time
 
-    from callcenter.voice.clone import LEVEL_DB, Utterance, speaking_level
+    from callcenter.studio.voice.clone import LEVEL_DB, Utterance, speaking_level
     from callcenter.voice.sf_runtime import SfVoice
     from callcenter.voice.text import speech_chunks
 
@@ -183,7 +183,7 @@ def _say_all(voice: str, texts: list[tuple[int, str]], log: Callable[[str], None
 def prepare(voice: str, count: int, seed: int, work, info: dict, log: Callable[[str], None] = print,
             jobs: int = 1) -> list:
     """`utterances`, said once and kept in `work/analysis.npz` (keyed by the voice, count and seed)."""
-    from callcenter.voice.clone import cached_analysis
+    from callcenter.studio.voice.clone import cached_analysis
 
     key = {"teacher": f"kokoro:{voice}", "sentences": count, "seed": seed}
     return cached_analysis(work, key, info, lambda: utterances(voice, count, seed, log, jobs))

@@ -129,9 +129,9 @@ class PiperSfTeacher:
     def __init__(self):
         from piper import PiperVoice
 
+        from callcenter.studio.voice.teachers import _piper_model_path
         from callcenter.voice.phonemes import Phonemizer
         from callcenter.voice.sf_runtime import SfVoice, hibari_vocab
-        from callcenter.voice.teachers import _piper_model_path
 
         self.voice = PiperVoice.load(str(_piper_model_path()), include_alignments=True)
         self.rate = self.voice.config.sample_rate
@@ -144,8 +144,8 @@ class PiperSfTeacher:
         the audio exactly `sf.HOP` samples a frame; [] when there is nothing to say."""
         import soxr
 
+        from callcenter.studio.voice.teachers import samples_to_frames
         from callcenter.voice.phonemes import SYMBOL_ID, SYMBOLS, phoneme_ids
-        from callcenter.voice.teachers import samples_to_frames
 
         phrases = [ids for ids in self.g2p(text) if len(ids) <= MAX_PHRASE_IDS]
         ipa = self.phonemizer.phonemes(text)
@@ -177,8 +177,8 @@ def utterances(count: int, seed: int, log: Callable[[str], None] = print) -> lis
     `clone.Utterance`s, phrase by phrase, each at the clone's level."""
     import time
 
-    from callcenter.voice.clone import LEVEL_DB, Utterance, smooth_f0, speaking_level
-    from callcenter.voice.kokoro_teacher import teacher_texts
+    from callcenter.studio.voice.clone import LEVEL_DB, Utterance, smooth_f0, speaking_level
+    from callcenter.studio.voice.kokoro_teacher import teacher_texts
     from callcenter.voice.pitch import yin_f0
     from callcenter.voice.text import speech_chunks
 
@@ -206,7 +206,7 @@ def utterances(count: int, seed: int, log: Callable[[str], None] = print) -> lis
 
 def prepare(voice: str, count: int, seed: int, work, info: dict, log: Callable[[str], None] = print) -> list:
     """`utterances`, said once and kept in `work/analysis.npz` (keyed by the voice, count and seed)."""
-    from callcenter.voice.clone import cached_analysis
+    from callcenter.studio.voice.clone import cached_analysis
 
     key = {"teacher": f"piper:{voice}", "sentences": count, "seed": seed}
     return cached_analysis(work, key, info, lambda: utterances(count, seed, log))
