@@ -1,0 +1,7 @@
+"""`python -m callcenter.cli`."""
+
+import sys
+
+from callcenter.cli import main
+
+sys.exit(main())
