@@ -39,6 +39,7 @@ import structlog
 log = structlog.get_logger()
 
 TRIM_EVERY_S = 60.0
+PROMPT_CACHE_MB = 32  # the voice's cache of finished sentences: about 35 minutes at 8 kHz (the config's prompt_cache_mb)
 
 
 def rss_mb(pid: int | None = None) -> float:

@@ -103,6 +103,18 @@ def test_serving_never_imports_the_training_wing():
     assert not {m for m in loaded if m.startswith("callcenter.studio")} and "torch" not in loaded
 
 
+def test_the_console_side_and_the_config_keep_their_distance():
+    """The supervisor reaches calls only through the control API's own types, never through
+    `telephony`; the server config (`telephony/config.py`) never imports the voices."""
+    wrong = []
+    for path, module in modules():
+        for name, line, _ in imports(path):
+            if unit_of(module) == "supervisor" and unit_of(name) == "telephony" or \
+                    module == "callcenter.telephony.config" and unit_of(name) == "voice":
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
 def _loaded_by(code: str) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)

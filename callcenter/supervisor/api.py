@@ -40,14 +40,14 @@ import re
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import WSMsgType, web
 
 from callcenter.dialog.flow import SIP_URI
+from callcenter.errors import CallcenterError
 from callcenter.metrics import CONTENT_TYPE
-from callcenter.telephony.config import Control
 
 log = structlog.get_logger()
 
@@ -72,6 +72,15 @@ async def _json_body(request: web.Request) -> dict | web.Response:
     except RecursionError:
         return web.json_response({"error": "bad JSON body: nested too deeply"}, status=400)
     return {k: _clean(v) for k, v in body.items()}
+
+
+class Control(Protocol):
+    """The control API's settings, as this module reads them (the server config's `control:`)."""
+    host: str
+    port: int
+    token_env: str
+    allowed_origins: list[str]
+    supervisor_phone: str | None
 
 
 def control_token(control: Control, recordings: Path) -> str:
@@ -335,11 +344,9 @@ class ControlApi:
             phone = str(body.get("phone") or self.control.supervisor_phone or "")
             if phone and not SIP_URI.match(phone):
                 return web.json_response({"error": f"phone must be a SIP URI, got {phone!r}"}, status=400)
-            from callcenter.telephony.sip import SipError
-
             try:
                 await live.supervise(action, phone or None)
-            except SipError as exc:
+            except CallcenterError as exc:  # the transport could not reach the supervisor's phone
                 return web.json_response({"error": str(exc)}, status=409)
         elif action == "leave":
             live.leave_supervision()

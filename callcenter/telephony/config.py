@@ -9,9 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from callcenter.memory import MALLOC_ARENAS, TRIM_EVERY_S
+from callcenter.memory import MALLOC_ARENAS, PROMPT_CACHE_MB, TRIM_EVERY_S
 from callcenter.store.url import DEFAULT_STORE_FILE, StoreUrl, StoreUrlError
-from callcenter.voice.settings import PROMPT_CACHE_MB
 from callcenter.yamlfile import load_model
 
 PJSUA_MAX_CALLS = 4  # compiled into the pjsua2-python wheel: a 5th call is rejected with 486

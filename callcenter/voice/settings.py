@@ -7,9 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from callcenter.memory import PROMPT_CACHE_MB  # noqa: F401  (where the config and the voice's cache read it)
+
 DEFAULT_VOICE = "ssm:heart"  # beats ssm:joe on WER, DNSMOS, RTF and first audio (bench tts)
 BACKENDS = ("ssm", "espeak")
-PROMPT_CACHE_MB = 32  # about 35 minutes of finished sentences at 8 kHz (the config's prompt_cache_mb)
 
 class VoiceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
