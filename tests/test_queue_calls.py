@@ -20,6 +20,7 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
+from callcenter.lab.balancer import KamailioProcess
 from callcenter.lab.fleet import Fleet
 from callcenter.lab.fleet import control_request as api
 from callcenter.lab.hosts import HostNetwork
@@ -31,7 +32,6 @@ from callcenter.telephony.config import load_server_config
 from callcenter.telephony.kamailio import write_kamailio_config
 from callcenter.workers import fleet_control_urls
 from tests.conftest import free_tcp_port, free_udp_port, rtp_base
-from tests.kamailio import Kamailio
 from tests.pg import Postgres, pg_bin
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
@@ -141,7 +141,7 @@ def test_six_callers_wait_in_one_queue_across_two_hosts_and_reach_agents(tmp_pat
         # Kamailio on this machine, on the database: the four workers are rows of its dispatcher table
         cfg = write_kamailio_config(tmp_path / "kam", f"{gw}:{balancer}", hosts[0].worker_uris() +
                                     hosts[1].worker_uris(), agents=PASSWORDS, db=StoreUrl.parse(store))
-        kam = Kamailio(cfg, tmp_path / "kamailio.log", tmp_path / "kam.pid")
+        kam = KamailioProcess(cfg, tmp_path / "kamailio.log", tmp_path / "kam.pid")
         survivor = urls[-1]  # a worker on the second host
         wait_until(lambda: all(len(h.log_lines("control_listening")) >= 2 for h in hosts), 30, "the control APIs")
         # the agents' phones register with Kamailio; carol's rings but is never answered

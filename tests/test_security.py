@@ -20,8 +20,8 @@ import pytest
 
 from callcenter.audio.wavfile import read_wav
 from callcenter.call.events import read_events
+from callcenter.lab.balancer import KamailioProcess
 from tests.conftest import ROOT, free_tcp_port, free_udp_port, rtp_base, wait_for
-from tests.kamailio import Kamailio
 from tests.sipraw import RawUac, request, status_of
 
 pytestmark = [pytest.mark.slow]
@@ -70,7 +70,7 @@ def balancer(tmp_path_factory):
                     "--caller", "alice=ALICE_PASSWORD", "--rate-limit", "30"], check=True, capture_output=True,
                    env=env)
     log = d / "kamailio.log"
-    kam = Kamailio(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
+    kam = KamailioProcess(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
     time.sleep(2.0)
     assert kam.poll() is None, log.read_text()[-3000:]
     yield {"port": port, "agent": agent, "log": log, "dir": d}

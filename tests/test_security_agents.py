@@ -26,8 +26,8 @@ import uuid
 
 import pytest
 
+from callcenter.lab.balancer import KamailioProcess
 from tests.conftest import ROOT, free_udp_port, rtp_base, wait_for
-from tests.kamailio import Kamailio
 from tests.sipraw import SDP, RawUac, header, request, status_of
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
@@ -138,7 +138,7 @@ def center(request, tmp_path_factory):
                         "bob=BOB_PW", "--rate-limit", "200",
                         *(["--db", request.getfixturevalue("postgres_server").new_database()]
                           if request.param == "postgres" else [])], check=True, capture_output=True, env=env)
-        kam = Kamailio(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
+        kam = KamailioProcess(d / "cfg" / "kamailio.cfg", log, d / "k.pid")
         # up when it answers OPTIONS
         assert wait_for(lambda: _options_ok(uac, balancer), 10), log.read_text()[-3000:]
         store = QueueStore(agent.store, "test")

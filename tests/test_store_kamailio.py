@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
+from callcenter.lab.balancer import KamailioProcess
 from tests.conftest import free_udp_port, wait_for
-from tests.kamailio import Kamailio
 from tests.sipraw import RawUac, request
 from tests.test_security_agents import PASSWORDS, Uac, _register
 
@@ -39,14 +39,14 @@ def test_a_kamailio_restart_loses_no_registration(tmp_path, postgres_server):
     assert "BOB_PW" not in cfg.read_text() and PASSWORDS["bob"] not in cfg.read_text()  # HA1 in the table only
     name = url.rsplit("/", 1)[1]
     assert postgres_server.sql("SELECT destination FROM dispatcher", name) == f"sip:127.0.0.1:{worker.local[1]}"
-    kam = Kamailio(cfg, log, pid)
+    kam = KamailioProcess(cfg, log, pid)
     try:
         kam_addr = ("127.0.0.1", balancer)
         assert wait_for(lambda: _register(phone, kam_addr, "bob", [f"sip:bob@127.0.0.1:{phone.local[1]}"]) == 200,
                         10), log.read_text()[-2000:]
         assert postgres_server.sql("SELECT username FROM location", name) == "bob"  # written through
         kam.stop()
-        kam = Kamailio(cfg, log, pid)
+        kam = KamailioProcess(cfg, log, pid)
         time.sleep(2)
         # the worker rings bob through the restarted balancer: his phone, registered before, rings
         call_id = f"{uuid.uuid4().hex}@127.0.0.1"

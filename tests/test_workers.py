@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from callcenter.call.events import read_events
+from callcenter.lab.balancer import KamailioProcess
 from tests.conftest import FLOW, free_udp_port
-from tests.kamailio import Kamailio
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
 ROUTED_UAC = Path(__file__).resolve().parent / "sipp" / "uac_routed.xml"
@@ -146,7 +146,7 @@ def test_kamailio_digest_authentication_of_callers(tmp_path, monkeypatch):
     cfg = tmp_path / "kam" / "kamailio.cfg"
     assert oct(cfg.stat().st_mode & 0o777) == "0o600"
     kam_log = tmp_path / "kamailio.log"
-    kamailio = Kamailio(cfg, kam_log, tmp_path / "kam.pid")
+    kamailio = KamailioProcess(cfg, kam_log, tmp_path / "kam.pid")
 
     def call(user: str, password: str, tag: str) -> str:
         subprocess.run(["sipp", "-sf", str(AUTH_UAC), f"127.0.0.1:{balancer}", "-s", "agent", "-i", "127.0.0.1",

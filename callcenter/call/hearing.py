@@ -167,7 +167,13 @@ class Hearing:
             call.runner.in_flight = max(0, call.runner.in_flight - 1)
             call.trouble("stt")
             return
-        if call.features.supervision.held:  # the supervisor has the call: heard and logged, not answered
+        await self.answer(text, conf)
+
+    async def answer(self, text: str, conf: float) -> None:
+        """What the caller said (counted in the runner's `in_flight`) goes to the flow, or, while a
+        supervisor has the call, is heard and logged but not answered."""
+        call = self.call
+        if call.features.supervision.held:
             call.runner.in_flight = max(0, call.runner.in_flight - 1)
             call.features.supervision.heard(text)
             return

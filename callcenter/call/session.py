@@ -37,7 +37,7 @@ from callcenter.call.hearing import HOLD_ON_TEXT, STT_GIVE_UP_S, Hearing
 from callcenter.call.speaking import Speaking, unless_stalled
 from callcenter.call.state import call_state
 from callcenter.call.tasks import CallTasks
-from callcenter.dialog.engine import Dialog, Enqueue, Hangup, Listen, Record, Say, Silence, Transfer
+from callcenter.dialog.engine import Dialog, Enqueue, Hangup, Listen, Record, Say, Silence, Transfer, Waiting
 from callcenter.dialog.flow import Flow
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig
@@ -195,8 +195,6 @@ class CallSession:
     @property
     def busy(self) -> bool:
         """The agent is talking or still working out its answer to the caller."""
-        from callcenter.dialog.engine import Waiting
-
         return self.speaking.speaking or self.runner.in_flight > 0 or self.hearing.listener.in_speech or \
             self.dialog.waiting in (Waiting.FETCH, Waiting.LLM)
 

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from callcenter.lab.balancer import KamailioProcess
 from callcenter.telephony.config import load_server_config
 from callcenter.workers import worker_uris
 
@@ -57,7 +58,7 @@ class Fleet:
         self.agents = agents or {}  # human agents (user -> password) who register with the Kamailio
         self.uri = f"sip:agent@{balancer}:{balancer_port}"
         self.pool: subprocess.Popen | None = None
-        self.kamailio: subprocess.Popen | None = None
+        self.kamailio: KamailioProcess | None = None
 
     def start(self, timeout: float = 180) -> "Fleet":
         return self.launch().wait_started(timeout)
@@ -81,10 +82,8 @@ class Fleet:
         from callcenter.telephony.kamailio import write_kamailio_config
 
         cfg = write_kamailio_config(self.dir / "kamailio", f"{self.host}:{self.balancer_port}",
-                                    worker_uris(load_server_config(self.config), self.workers),
-                                    agents=self.agents)
-        self.kamailio = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(self.dir / "kam.pid")],
-                                         stdout=subprocess.DEVNULL, stderr=open(self.kamailio_log, "wb"))
+                                    self.worker_uris(), agents=self.agents)
+        self.kamailio = KamailioProcess(cfg, self.kamailio_log, self.dir / "kam.pid")
         time.sleep(2.0)
         if self.kamailio.poll() is not None:
             raise RuntimeError(f"kamailio exited:\n{self.kamailio_log.read_text()[-3000:]}")
@@ -136,12 +135,8 @@ class Fleet:
         return sorted(self.recordings.glob("*/*.jsonl"))
 
     def stop(self) -> None:
-        if self.kamailio and self.kamailio.poll() is None:
-            self.kamailio.terminate()
-            try:
-                self.kamailio.wait(10)
-            except subprocess.TimeoutExpired:  # never leave the pool running because Kamailio was slow
-                self.kamailio.kill()
+        if self.kamailio is not None:  # never leave the pool running because Kamailio was slow
+            self.kamailio.stop()
         if self.pool and self.pool.poll() is None:
             self.pool.send_signal(signal.SIGTERM)
             try:

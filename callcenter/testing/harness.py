@@ -100,11 +100,8 @@ class CallHarness:
         s.events.next_turn()
         s.events.emit(ev.SPEECH_START, over_agent=s.speaking.speaking, floor_db=-60.0)
         s.events.emit(ev.STT_FINAL, text=s.features.privacy.shown(text), confidence=0.9, stt_s=0.0, via="text")
-        if s.features.supervision.held:
-            s.features.supervision.heard(text)
-        else:
-            s.runner.in_flight += 1
-            s.tasks.keep(asyncio.create_task(s.runner.decide(lambda: s.dialog.on_utterance(text, 0.9))))
+        s.runner.in_flight += 1
+        s.tasks.keep(asyncio.create_task(s.hearing.answer(text, 0.9)))
         await self.settle()
 
     async def key(self, digits: str) -> None:

@@ -1,7 +1,7 @@
-"""Kamailio as the tests run it: Debian's binary in the foreground (`-DD -E`), in a process group
-of its own, its log in a file. Stopping asks politely first (SIGTERM, as systemd does) and then
-kills the whole group, so a child stuck on a slow machine (a database timer mid-query) can never
-leave a port bound or fail a test that already made its point."""
+"""Kamailio as the tests and benches run it (`Fleet`, and the tests that start their own): Debian's
+binary in the foreground (`-DD -E`), in a process group of its own, its log in a file. Stopping asks
+politely first (SIGTERM, as systemd does) and then kills the whole group, so a child stuck on a slow
+machine (a database timer mid-query) can never leave a port bound or outlive its run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 STOP_GRACE_S = 20.0
 
 
-class Kamailio:
+class KamailioProcess:
     def __init__(self, cfg: Path, log: Path, pid: Path):
         self.log = log
         self.proc = subprocess.Popen(["kamailio", "-DD", "-E", "-f", str(cfg), "-P", str(pid)],
