@@ -43,7 +43,7 @@ def _bindable(kind: str, port: int) -> bool:
 
 
 def _free_port(kind: str) -> int:
-    shard = "offline" if os.environ.get(SHARD_ENV) == "offline" else "line"  # as rtp_base() reads it
+    shard = port_shard()  # as rtp_base() reads it
     first = PORT_RANGES[(kind, shard)]
     blocks = PORTS_PER_RANGE // PORT_BLOCK
     for _ in range(blocks):
@@ -109,13 +109,25 @@ def on_the_line(item) -> bool:
         and item.path.name not in OFFLINE_SLOW_FILES
 
 
+QUICK_SHARDS = ("quick-a", "quick-b")  # the quick tier in two processes: every other test each
+
+
+def port_shard() -> str:
+    """Which port ranges this process takes: two processes at once never share one."""
+    return "offline" if os.environ.get(SHARD_ENV) in ("offline", QUICK_SHARDS[1]) else "line"
+
+
 def pytest_collection_modifyitems(config, items):
     shard = os.environ.get(SHARD_ENV)
-    if shard not in ("line", "offline"):
+    if shard not in ("line", "offline", *QUICK_SHARDS):
         return
     keep, drop = [], []
-    for item in items:
-        (keep if on_the_line(item) == (shard == "line") else drop).append(item)
+    for i, item in enumerate(items):
+        if shard in QUICK_SHARDS:
+            mine = i % 2 == QUICK_SHARDS.index(shard)
+        else:
+            mine = on_the_line(item) == (shard == "line")
+        (keep if mine else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -123,7 +135,7 @@ def pytest_collection_modifyitems(config, items):
 
 def rtp_base() -> int:
     """A distinct RTP port range per agent started in this test run (and per shard)."""
-    first = 35000 if os.environ.get(SHARD_ENV) == "offline" else 20000
+    first = 35000 if port_shard() == "offline" else 20000
     return first + 1000 * (next(_ports) % 15)
 
 

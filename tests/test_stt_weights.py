@@ -19,6 +19,8 @@ from callcenter.hearing.whisper_weights import (
     telephone_model_dir,
 )
 
+pytestmark = pytest.mark.training  # the studio wing: the whole suite runs it, the quick tier does not
+
 
 def test_a_model_file_is_written_back_byte_for_byte(tmp_path):
     stock = stock_model_dir() / "model.bin"

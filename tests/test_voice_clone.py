@@ -16,6 +16,8 @@ import pytest
 from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm
 from callcenter.audio.wavfile import read_wav, write_wav
 
+pytestmark = pytest.mark.training  # the studio wing: the whole suite runs it, the quick tier does not
+
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_REAL = ROOT.parent / "shared" / "eval-real"
 

@@ -26,7 +26,7 @@ log = structlog.get_logger()
 
 
 class AgentLeg(Protocol):
-    """The agent's call, placed by the caller's transport (see server.ConsultLeg)."""
+    """The agent's call, placed by the caller's transport (see telephony.live_call.ConsultLeg)."""
     bridge: object
     confirmed: asyncio.Future  # answered (or failed with the SIP status)
     ended: asyncio.Future

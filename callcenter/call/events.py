@@ -53,6 +53,7 @@ STAGE_SLOW = "stage_slow"  # a stage is late: the caller hears "one moment"
 STAGE_FALLBACK = "stage_fallback"  # a stage failed and its backup took over (the voice → espeak-ng)
 QUEUE = "queue"  # a queue of agents: joined, position, ring, no_answer, answered, left (with why)
 AGENT_WHISPER = "agent_whisper"  # the triage summary spoken to the agent who answered, before the bridge
+CALL_STATE = "call_state"  # the call's state changed: to what, from what (was), who drives it now (driver)
 TROUBLE = "trouble"  # a stage failed for good: the caller is told, then transferred or let go
 
 

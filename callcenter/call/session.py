@@ -10,10 +10,12 @@ module, so a new feature is a new module plugged in here, not more lines of this
 - `Speaking` (`call/speaking.py`): the voice into the media bridge, the backup voice, `interrupt()`;
 - the features (`call/features/`): transfers, queue waits, voicemail, the supervisor's controls,
   card-number privacy;
-- `call_state` (`call/state.py`): what the call is doing, with the precedence of its parts.
+- `CallStatus` (`call/state.py`): the call's one state field, its allowed transitions, and a
+  `call_state` event on every change.
 
 Data flows one way. The transport (SIP, WebRTC or the offline simulator) only delivers frames,
-keypad digits and the end of the call, and carries out transfer and hang-up (`CallControl`)."""
+keypad digits and the end of the call, and carries out transfer and hang-up. What the call needs
+from the world is typed in `call/ports.py`: `Recognizer`, `Voice`, `MediaLine`, `CallControl`."""
 
 from __future__ import annotations
 
@@ -21,44 +23,29 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
 from callcenter.call import events as ev
-from callcenter.call.attendant import QueueWait
-from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
 from callcenter.call.features import Features
 from callcenter.call.features.supervisor import SUPERVISOR_GOODBYE
 from callcenter.call.features.transfer import GOODBYE_GRACE_S
 from callcenter.call.flow_runner import FlowRunner
 from callcenter.call.hearing import HOLD_ON_TEXT, STT_GIVE_UP_S, Hearing
+from callcenter.call.ports import CallControl, MediaLine, Recognizer, Voice
 from callcenter.call.speaking import Speaking, unless_stalled
-from callcenter.call.state import call_state
+from callcenter.call.state import CallStatus
 from callcenter.call.tasks import CallTasks
 from callcenter.dialog.engine import Dialog, Enqueue, Hangup, Listen, Record, Say, Silence, Transfer, Waiting
 from callcenter.dialog.flow import Flow
 from callcenter.dialog.services import FlowServices
 from callcenter.hearing.front import HearingConfig
-from callcenter.hearing.stt import WhisperStt
 
 __all__ = ["CallControl", "CallSession", "SessionResult", "HOLD_ON_TEXT", "STT_GIVE_UP_S", "unless_stalled",
            "recording_paths"]
 
 log = structlog.get_logger()
-
-
-class CallControl(Protocol):
-    # True where a transfer keeps the agent in the media path (a browser caller cannot be REFERred):
-    # after a blind transfer the call goes on, bridged, instead of ending
-    transfer_bridges: bool
-
-    async def hangup(self) -> None: ...
-    async def transfer(self, uri: str) -> bool: ...
-    async def warm_transfer(self, uri: str, summary: str, ring_s: float, speak) -> bool: ...
-    # a wait in a queue of human agents, or None where no contact center is configured
-    def queue_wait(self, queue: str, settings, whisper: str, speak) -> QueueWait | None: ...
 
 
 @dataclass
@@ -80,17 +67,17 @@ class CallOrigin:
 
 
 class CallSession:
-    def __init__(self, call_id: str, flow: Flow, bridge: MediaBridge, control: CallControl, events: CallEvents,
-                 stt: WhisperStt, tts, hearing: HearingConfig | None = None, services: FlowServices | None = None,
+    def __init__(self, call_id: str, flow: Flow, bridge: MediaLine, control: CallControl, events: CallEvents,
+                 stt: Recognizer, tts: Voice, hearing: HearingConfig | None = None, services: FlowServices | None = None,
                  variables: dict | None = None, flow_digest: str | None = None, now=None, worker: str | None = None,
-                 transport: str | None = None, backup_tts=None, transport_id: dict[str, str] | None = None):
+                 transport: str | None = None, backup_tts: Voice | None = None, transport_id: dict[str, str] | None = None):
         self.call_id, self.bridge, self.control, self.events = call_id, bridge, control, events
         self.origin = CallOrigin(flow_digest, worker, transport, transport_id or {})
         self.log = log.bind(call_id=call_id)
         self.dialog = Dialog(flow, variables={"call_id": call_id, **(variables or {})}, now=now)
         events.scrub = self.dialog.redactor.scrub  # card numbers and webhook keys never leave the call
         self.result = SessionResult()
-        self.ended = asyncio.Event()
+        self.status = CallStatus(self)  # the call's one state: who has it, what it is doing
         self.ending_by: str | None = None  # set when the agent starts ending the call itself
         # the parts, each with one job
         self.tasks = CallTasks(self)
@@ -102,6 +89,10 @@ class CallSession:
     @property
     def flow(self) -> Flow:
         return self.dialog.flow
+
+    @property
+    def ended(self) -> asyncio.Event:
+        return self.status.ended
 
     # ------------------------------------------------------------ lifecycle
     async def run(self) -> SessionResult:
@@ -130,7 +121,7 @@ class CallSession:
         """The call is over (caller hung up, or the agent finished)."""
         if not self.ended.is_set():
             self.result.ended_by = self.ending_by or by
-            self.ended.set()
+            self.status.end(by)
             self.runner.call_ended()
 
     async def _shutdown(self) -> None:
@@ -177,7 +168,7 @@ class CallSession:
     @property
     def state(self) -> str:
         """What the call is doing, for the supervisor's table."""
-        return call_state(self).value
+        return self.status.shown.value
 
     @property
     def slot_names(self) -> set[str]:
@@ -205,11 +196,11 @@ class CallSession:
     @property
     def bridged(self) -> bool:
         """A person has the caller now (a warm transfer, a queue's agent)."""
-        return self.features.transfer.bridged
+        return self.status.bridged
 
     @property
     def held(self) -> bool:
-        return self.features.supervision.held
+        return self.status.held
 
     def interrupt(self, reason: str, emit: bool = True) -> None:
         self.speaking.interrupt(reason, emit)

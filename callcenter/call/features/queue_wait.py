@@ -8,6 +8,7 @@ import asyncio
 from callcenter.audio.frames import frames_from_pcm
 from callcenter.call import events as ev
 from callcenter.call.attendant import QueueWait
+from callcenter.call.state import CallState
 from callcenter.dialog.engine import Enqueue
 from callcenter.dialog.flow import RECORDED
 
@@ -40,6 +41,7 @@ class QueueWaiting:
             result = "unavailable"
         else:
             self.wait, self.callback_key = wait.start(), settings.callback_key
+            call.status.enter(CallState.QUEUED, action.queue)
             music = call.tasks.keep(asyncio.create_task(self._hold_music(), name="hold_music"))
             announcer = call.tasks.keep(asyncio.create_task(self._announce(wait, settings), name="queue_announcer"))
             try:
@@ -62,9 +64,10 @@ class QueueWaiting:
             call.result.transferred_to = f"queue:{action.queue}/{wait.agent.name}"
             call.events.emit(ev.TRANSFER, to=wait.agent.uri, queue=action.queue, agent=wait.agent.name,
                              mode="queue", accepted=True)
-            call.features.transfer.bridged = True
+            call.status.enter(CallState.BRIDGED, "queue")
             return True
         call.ending_by = None
+        call.status.leave(CallState.QUEUED, result)
         if call.features.transfer.by_supervisor:  # the supervisor queued the caller; unanswered, the flow carries on
             call.features.transfer.by_supervisor = False
             return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from callcenter.call import events as ev
+from callcenter.call.state import CallState
 from callcenter.dialog.engine import Enqueue, Hangup, Say, Transfer, Waiting
 
 SUPERVISOR_GOODBYE = "Thank you for calling. Goodbye."  # said before a supervisor's hang-up
@@ -14,10 +15,17 @@ SUPERVISOR_GOODBYE = "Thank you for calling. Goodbye."  # said before a supervis
 class Supervision:
     def __init__(self, call):
         self.call = call
-        self.held = False  # a supervisor took the call over (or paused it): the flow does not act
-        self.paused = False
         self.heard_while_held = False  # the caller spoke to the supervisor: ask again on release
         self.marked: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """A supervisor took the call over (or paused it): the flow does not act."""
+        return self.call.status.held
+
+    @property
+    def paused(self) -> bool:
+        return self.call.status.state == CallState.PAUSED
 
     def heard(self, text: str) -> None:
         """The caller said something while the supervisor has the call (heard and logged, not answered)."""
@@ -34,14 +42,15 @@ class Supervision:
     def take_over(self) -> None:
         """The supervisor has the call: the agent stops talking and the flow stops deciding (the
         caller is still heard and transcribed) until `release()`."""
-        self.held = True
+        if not self.paused:
+            self.call.status.enter(CallState.TAKEN_OVER, "supervisor")
         self.call.runner.cancel_no_input()
         self.call.speaking.interrupt(reason="supervisor", emit=False)
         self.call.events.emit(ev.SUPERVISOR, action="take_over")
 
     def release(self) -> None:
         call = self.call
-        self.held = self.paused = False
+        call.status.release("supervisor")
         call.bridge.resume()
         call.events.emit(ev.SUPERVISOR, action="release")
         heard, self.heard_while_held = self.heard_while_held, False
@@ -54,7 +63,7 @@ class Supervision:
 
     def pause(self) -> None:
         """Freeze the agent where it is (its voice held mid-word, the flow holding)."""
-        self.paused = self.held = True
+        self.call.status.enter(CallState.PAUSED, "supervisor")
         self.call.runner.cancel_no_input()
         self.call.bridge.pause()
         self.call.events.emit(ev.SUPERVISOR, action="pause")
@@ -62,7 +71,8 @@ class Supervision:
     def _hand_off(self, **event) -> None:
         call = self.call
         call.speaking.interrupt(reason="supervisor", emit=False)
-        self.held = self.paused = False
+        call.status.release("supervisor")
+        call.bridge.resume()
         call.features.transfer.by_supervisor = True
         call.events.emit(ev.SUPERVISOR, action="transfer", **event)
 

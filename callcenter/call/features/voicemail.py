@@ -4,6 +4,7 @@ is heard meanwhile is recorded, not answered."""
 from __future__ import annotations
 
 from callcenter.call import events as ev
+from callcenter.call.state import CallState
 from callcenter.call.voicemail import VoicemailRecorder, beep_frames, voicemail_path
 from callcenter.dialog.engine import Record
 
@@ -27,11 +28,13 @@ class Voicemail:
             await beep.played
         path = voicemail_path(call.events.path, call.call_id)
         self.recorder = VoicemailRecorder(path, action.max_s, action.end_silence_s)
+        call.status.enter(CallState.VOICEMAIL)
         call.events.emit(ev.VOICEMAIL, state="recording", path=str(path) if path else None)
         try:
             reason = await self.recorder.done()
         finally:
             recorder, self.recorder = self.recorder, None
+            call.status.leave(CallState.VOICEMAIL)
             seconds = recorder.close()
         if not recorder.heard_speech:  # the file is kept, but the flow learns that nothing was said
             reason, seconds = "nothing said", 0.0
