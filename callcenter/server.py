@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import time
+from collections import OrderedDict
 
 import structlog
 
@@ -33,6 +34,7 @@ from callcenter.store.schema import migrate
 from callcenter.store.workers import WorkerRegistry
 from callcenter.telephony.config import ServerConfig, load_server_config
 from callcenter.telephony.live_call import LiveCall
+from callcenter.telephony.outbound import DialRefused, OutboundSipCall, destination, dial_variables
 from callcenter.telephony.sip import (
     SIP_OK,
     CallInfo,
@@ -48,6 +50,7 @@ from callcenter.voice.speaker import make_tts
 log = structlog.get_logger()
 
 ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
+DIALLED_KEPT = 1000  # dialled calls the control API can still report on
 
 
 class CallServer:
@@ -62,7 +65,9 @@ class CallServer:
         self.endpoint: SipEndpoint | None = None
         self.control = None  # the supervisor API, when configured
         self.webrtc = None  # the browser callers' gateway, when configured
-        self._services: FlowServices | None = None
+        self._services: dict[str, FlowServices] = {}  # by flow name: the inbound flow, the outbound ones
+        self.outbound_flows: dict[str, FlowLibrary] = {}  # the flows a dial may run (outbound.flows)
+        self.dialled: OrderedDict[str, OutboundSipCall] = OrderedDict()  # recent dials, for GET /api/dial/{id}
         self.queues: QueueStore | None = None  # the contact center's shared queues and agents
         worker = f"{config.listen.host}:{config.listen.port}"
         # the system of record: one row per call, and the contact center's queues and agents
@@ -112,9 +117,51 @@ class CallServer:
     def services_for(self, flow) -> FlowServices:
         """One set of webhook/model services per flow version, shared by its calls: the offline
         model's embeddings of choices and knowledge are computed once, not on every call's first turn."""
-        if self._services is None or self._services.flow is not flow:
-            self._services = FlowServices(flow)
-        return self._services
+        services = self._services.get(flow.name)
+        if services is None or services.flow is not flow:
+            services = self._services[flow.name] = FlowServices(flow)
+        return services
+
+    def load_outbound_flows(self) -> None:
+        """The flows a dial may run, by name, each watched for edits like the inbound flow."""
+        out = self.config.outbound
+        for name in (out.flows if out is not None else {}):
+            library = FlowLibrary(self.config.outbound_flow(name), prepare=lambda new: Ambience(new.ambience))
+            check_queues(library.current, self.config)
+            self.outbound_flows[name] = library
+
+    async def dial(self, to: str, flow_name: str, variables: dict | None = None) -> OutboundSipCall:
+        """Place a call to `to` (a number or a SIP URI) that runs the outbound flow `flow_name`
+        (DialRefused: not allowed, no such flow, bad variables, no free slot)."""
+        out = self.config.outbound
+        if out is None:
+            raise DialRefused("this server places no calls: its config has no outbound: section", 403)
+        library = self.outbound_flows.get(str(flow_name))
+        if library is None:
+            raise DialRefused(f"no outbound flow {flow_name!r}; the config's outbound.flows has: "
+                              f"{', '.join(sorted(self.outbound_flows)) or 'none'}", 404)
+        reg = self.config.registration
+        uri = destination(str(to), out, (reg.domain or reg.registrar.split(":", 1)[1]) if reg else None)
+        given = dial_variables(variables or {}, library.current)
+        dialled_now = sum(1 for lc in self.live.values() if lc.direction == "outbound" and not lc.ended)
+        if out.max_calls is not None and dialled_now >= out.max_calls:
+            raise DialRefused(f"{dialled_now} dialled calls already (outbound.max_calls)", 503)
+        if self.full():
+            raise DialRefused(f"no free call slot (max_calls {self.config.max_calls})", 503)
+        live = OutboundSipCall(self, uri, str(to).strip(), library, given, out)
+        self.live[live.call_id] = live
+        if self.control is not None:
+            self.control.attach(live)
+        try:
+            await live.dial()
+        except SipError as exc:
+            live.log.warning("dial_failed", to=live.to, error=str(exc))
+            live.on_disconnected(503, str(exc))
+            raise DialRefused(str(exc), 503) from None
+        self.dialled[live.call_id] = live
+        while len(self.dialled) > DIALLED_KEPT:
+            self.dialled.popitem(last=False)
+        return live
 
     def _on_incoming(self, call: SipCall, info: CallInfo) -> None:
         if info.agent and self.queues is not None and info.dialled.startswith("*"):
@@ -246,8 +293,10 @@ class CallServer:
         self.endpoint = SipEndpoint(self.config, loop, self._on_incoming, self.other_calls)
         self.endpoint.start()
         background: list[asyncio.Task] = [asyncio.create_task(self.flows.watch())]
+        background += [asyncio.create_task(library.watch()) for library in self.outbound_flows.values()]
         if self.config.warm_prompts and self.config.prompt_cache_mb:
             background.append(asyncio.create_task(self.warm_prompts(self.flows.current)))
+            background += [asyncio.create_task(self.warm_prompts(lib.current)) for lib in self.outbound_flows.values()]
             # an edited flow's new sentences too, while calls go on
             self.flows.on_reload = lambda flow: background.append(asyncio.create_task(self.warm_prompts(flow)))
         if self.config.memory_trim_s:
@@ -356,6 +405,7 @@ def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int
     except Exception as exc:  # a broken model build: the hybrid falls back to the embedding path per turn
         log.error("llm_model_not_loaded", error=str(exc))
     agent = CallServer(config, flows, stt, tts)
+    agent.load_outbound_flows()
     log.info("startup_objects_frozen", objects=freeze_startup_objects())  # out of the collector's way
 
     async def main() -> None:

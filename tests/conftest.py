@@ -96,17 +96,18 @@ def scrape(agent) -> dict[str, dict[tuple, float]]:
 
 # `./scripts/test` runs the suite as two pytest processes at once (CALLCENTER_TEST_SHARD): `line`
 # holds the tests that place calls in real time (marked sip or slow), one at a time; `offline` holds
-# the rest, CPU work on a clock of its own (the quick tier and the slow files below), on one thread.
+# the rest, CPU work on a clock of its own (the quick tier, the slow files below and tests marked
+# no_deadline: real servers, but no audio judged on a deadline), on one thread.
 SHARD_ENV = "CALLCENTER_TEST_SHARD"
-OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_simulate.py", "test_cli.py", "test_scenarios.py", "test_security_files.py",
+OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_outbound_dial.py", "test_simulate.py", "test_cli.py", "test_scenarios.py", "test_security_files.py",
                       "test_local_llm.py", "test_stt_weights.py", "test_voice_derive.py", "test_supervisor_release.py", "test_hear_back.py",
                       # raw SIP signalling, no audio on a deadline
-                      "test_security_agents.py", "test_store_kamailio.py"}
+                      "test_security_agents.py", "test_store_kamailio.py", "test_workers.py", "test_store_calls.py"}
 
 
 def on_the_line(item) -> bool:
     return bool(item.get_closest_marker("sip") or item.get_closest_marker("slow")) \
-        and item.path.name not in OFFLINE_SLOW_FILES
+        and item.path.name not in OFFLINE_SLOW_FILES and not item.get_closest_marker("no_deadline")
 
 
 QUICK_SHARDS = ("quick-a", "quick-b")  # the quick tier in two processes: every other test each

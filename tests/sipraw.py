@@ -92,3 +92,66 @@ class RawUac:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def response(req: bytes, code: int, reason: str, to_tag: str | None = None) -> bytes:
+    """A response to `req` that mirrors its Via, From, To (with our tag), Call-ID and CSeq."""
+    to = header(req, "To")
+    if to_tag and "tag=" not in to:
+        to += f";tag={to_tag}"
+    lines = [f"SIP/2.0 {code} {reason}", f"Via: {header(req, 'Via')}", f"From: {header(req, 'From')}", f"To: {to}",
+             f"Call-ID: {header(req, 'Call-ID')}", f"CSeq: {header(req, 'CSeq')}", "Content-Length: 0"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class RawUas:
+    """A phone that never answers, on a UDP socket in its own thread: `busy` refuses every INVITE
+    with 486; `ring` sends 180 and rings until CANCELled (then 200 for the CANCEL, 487 for the
+    INVITE), as an unanswered phone does. Every request it got is kept (`requests`)."""
+
+    def __init__(self, mode: str, ip: str = "127.0.0.1"):
+        import threading
+
+        assert mode in ("busy", "ring")
+        self.mode = mode
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((ip, 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[bytes] = []
+        self._invites: dict[str, bytes] = {}
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def uri(self, user: str) -> str:
+        return f"sip:{user}@127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        tag = uuid.uuid4().hex[:8]
+        while not self._stop:
+            try:
+                data, peer = self.sock.recvfrom(65535)
+            except (socket.timeout, OSError):
+                continue
+            if status_of(data) is not None:
+                continue
+            self.requests.append(data)
+            method = data.split(b" ", 1)[0].decode()
+            call_id = header(data, "Call-ID")
+            if method == "INVITE":
+                self._invites[call_id] = data
+                self.sock.sendto(response(data, 100, "Trying"), peer)
+                if self.mode == "busy":
+                    self.sock.sendto(response(data, 486, "Busy Here", tag), peer)
+                else:
+                    self.sock.sendto(response(data, 180, "Ringing", tag), peer)
+            elif method == "CANCEL":
+                self.sock.sendto(response(data, 200, "OK", tag), peer)
+                if call_id in self._invites:
+                    self.sock.sendto(response(self._invites.pop(call_id), 487, "Request Terminated", tag), peer)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()

@@ -348,6 +348,7 @@ def test_misspelt_keys_and_queues_get_a_suggestion(tmp_path):
 
 
 @pytest.mark.slow  # loads the recognizer and the voice
+@pytest.mark.no_deadline  # the simulator keeps its own clock
 def test_simulate_takes_a_clock_and_text_callers(tmp_path):
     """`simulate --at` sets the call's clock (hours, holidays) and `say:` callers need no WAV file."""
     import subprocess

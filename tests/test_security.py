@@ -89,6 +89,7 @@ def sipp_auth(balancer, user: str, password: str, tag: str) -> str:
 
 @needs_sip
 @pytest.mark.sip
+@pytest.mark.no_deadline  # signalling only
 def test_unknown_user_with_password_0_is_forbidden(balancer):
     """`$sht(callers=>eve)` is $null, which a $var stores as 0: the password "0" passed once."""
     for user, password in (("eve", "0"), ("eve", ""), ("mallory", "correct horse")):
@@ -103,6 +104,7 @@ def test_unknown_user_with_password_0_is_forbidden(balancer):
 
 @needs_sip
 @pytest.mark.sip
+@pytest.mark.no_deadline  # signalling only
 def test_forged_in_dialog_requests_are_not_relayed(balancer):
     """A made-up To-tag and a Route naming Kamailio once took INVITE and MESSAGE anywhere (toll
     fraud). Now they reach nothing: the socket they were aimed at hears nothing."""
@@ -132,6 +134,7 @@ def test_forged_in_dialog_requests_are_not_relayed(balancer):
 
 @needs_sip
 @pytest.mark.sip
+@pytest.mark.no_deadline  # signalling only
 def test_a_flood_from_one_address_is_cut_off(balancer):
     """pike: more than --rate-limit requests in 2 s from one address (not a worker) are dropped.
     From 127.0.0.2, so the other tests' 127.0.0.1 is not blocked."""
@@ -678,6 +681,7 @@ def test_expressions_that_overflow_or_nest_deeply_are_expression_errors():
 
 
 @pytest.mark.sip
+@pytest.mark.no_deadline  # signalling only
 def test_options_and_message_from_outside_the_acl_are_forbidden(tmp_path):
     from callcenter.lab.agent_process import AgentProcess
 

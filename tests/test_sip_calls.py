@@ -171,6 +171,7 @@ def test_kill_9_mid_call_leaves_a_playable_recording(agent, tmp_path):
     assert re.search(r"sip_listening", agent.log())
 
 
+@pytest.mark.no_deadline  # refused at the door: signalling only
 def test_calls_from_outside_the_acl_are_forbidden(tmp_path):
     if not shutil.which("sipp"):
         pytest.skip("sipp is not installed")

@@ -98,6 +98,7 @@ class CallSession:
     async def run(self) -> SessionResult:
         o = self.origin
         self.events.emit(ev.CALL_START, flow=self.flow.name, flow_version=self.flow.version,
+                         direction=self.dialog.variables.get("direction", "inbound"),
                          **({"flow_digest": o.flow_digest} if o.flow_digest else {}),
                          **({"worker": o.worker} if o.worker else {}),
                          **({"transport": o.transport} if o.transport else {}), **o.transport_id)

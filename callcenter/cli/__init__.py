@@ -8,7 +8,7 @@ import os
 import sys
 
 from callcenter import logs
-from callcenter.cli import flows, lab, run, voice
+from callcenter.cli import dial, flows, lab, run, voice
 from callcenter.cli.common import CliError
 from callcenter.errors import CallcenterError
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     voice.add_transcribe(sub)
     flows.add_flows(sub)
     run.add_tui(sub)
+    dial.add_dial(sub)
     flows.add_test(sub)
     lab.add_bench(sub)
     return p

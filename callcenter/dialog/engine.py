@@ -261,7 +261,7 @@ class Dialog:
         self.now = call_clock(flow, now)
         is_open = flow.hours.is_open(self.now) if flow.hours else True
         self.variables: dict[str, Any] = {
-            "caller": "", "caller_number": "", "call_id": "", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
+            "caller": "", "caller_number": "", "call_id": "", "direction": "inbound", "flow": flow.name, "hour": self.now.hour, "minute": self.now.minute,
             "weekday": WEEKDAY_KEYS[self.now.weekday()], "date": self.now.date().isoformat(),
             "time": self.now.strftime("%H:%M"), "open": is_open, "closed": not is_open,
             "holiday": bool(flow.hours and self.now.date() in flow.hours.holidays),

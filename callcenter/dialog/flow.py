@@ -28,7 +28,7 @@ NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SIP_URI = re.compile(r"^sips?:[^\s@]+@[^\s]+$|^sips?:[^\s@]+$")
 # Variables every call has. `hour`, `minute`, `weekday` (mon..sun) and `date` are the call's start time.
-BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "flow", "hour", "minute", "weekday", "date", "time",
+BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "direction", "flow", "hour", "minute", "weekday", "date", "time",
                      "open", "closed", "holiday",
                      "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
                      "voicemail_path", "voicemail_s", "queue", "queue_position", "queue_wait_minutes",

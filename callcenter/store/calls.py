@@ -73,14 +73,16 @@ class CallRecords:
 
     def started(self, call_id: str, *, direction: str = "inbound", transport: str = "sip", caller: str = "",
                 caller_number: str = "", flow: str = "", flow_version: int | None = None,
-                recording: str | None = None, events: str | None = None) -> None:
+                recording: str | None = None, events: str | None = None, answered: bool = True) -> None:
+        """A call's row, as the call starts (`answered=False`: a dialled call nobody answered)."""
         now = self.clock()
         with self.db.transaction():
             self.db.execute(
                 "INSERT INTO calls(call_id, direction, transport, caller, caller_number, started, answered, worker, "
                 "host, flow, flow_version, recording, events) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(call_id) DO NOTHING",
-                (call_id, direction, transport, caller, caller_number, now, now, self.worker, self.host, flow,
+                (call_id, direction, transport, caller, caller_number, now, now if answered else None, self.worker,
+                 self.host, flow,
                  flow_version, recording, events))
 
     def ended(self, call_id: str, end: CallEnd) -> None:

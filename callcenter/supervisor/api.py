@@ -16,6 +16,11 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
   supervisor audio on a SIP call: `listen`, `whisper`, `barge` `{"phone"}` (the supervisor's phone is
   called the first time — `phone` or the config's `control.supervisor_phone` — then each is an
   instant switch), `leave`.
+- `POST /api/dial` `{"to", "flow", "variables"}` — place a call to a number or SIP URI that runs one
+  of the server's outbound flows (`outbound.flows`), if `outbound.allow` lets it: 201
+  `{"call_id", "state"}`; 403 not allowed, 404 no such flow, 400 bad variables, 503 no free slot.
+- `GET  /api/dial/{id}` — a dialled call: `state` (dialling, ringing, answered, ended), `outcome`
+  (`no_answer`, `busy`, `failed`, or its flow's outcome once over), `sip_code`, `ended_by`.
 - `GET  /api/queues` — with a contact center: every queue (waiting, longest wait, agents available,
   busy and paused, answered, abandoned, timed out and called back today, service level) and every
   human agent (state, reason, time in state). The WebSocket sends it as `{"type": "queues", ...}`
@@ -142,6 +147,8 @@ class ControlApi:
         app.router.add_get("/api/calls/history", self._history)
         app.router.add_get(EVENTS_PATH, self._events)
         app.router.add_post("/api/calls/{call_id}/{action}", self._action)
+        app.router.add_post("/api/dial", self._dial)
+        app.router.add_get("/api/dial/{call_id}", self._dialled)
         app.router.add_get("/api/queues", self._queues)
         app.router.add_post("/api/agents/{name}/{action}", self._agent_action)
         app.router.add_get("/api/flows", self._flows)
@@ -384,6 +391,28 @@ class ControlApi:
             return f"transfer needs a SIP URI in to, a queue or an agent, got {to!r}"
         session.supervisor_transfer(to)
         return None
+
+    async def _dial(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        to, flow = body.get("to"), body.get("flow")
+        if not isinstance(to, str) or not to.strip() or not isinstance(flow, str) or not flow:
+            return web.json_response({"error": "give to (a number or SIP URI) and flow (an outbound flow's name)"},
+                                     status=400)
+        try:
+            live = await self.agent.dial(to, flow, body.get("variables") or {})
+        except CallcenterError as exc:  # the transport's DialRefused, with its HTTP status
+            log.warning("dial_refused", to=to, flow=flow, error=str(exc))
+            return web.json_response({"error": str(exc)}, status=getattr(exc, "status", 400))
+        log.info("dial_requested", to=to, flow=flow, call_id=live.call_id)
+        return web.json_response(live.summary(), status=201)
+
+    async def _dialled(self, request: web.Request) -> web.Response:
+        live = self.agent.dialled.get(request.match_info["call_id"])
+        if live is None:
+            return web.json_response({"error": "no such dialled call (on this worker)"}, status=404)
+        return web.json_response(live.summary())
 
     async def _flows(self, request: web.Request) -> web.Response:
         lib = self.agent.flows

@@ -920,19 +920,8 @@ def _meter(db: float) -> Text:
 def run_tui(urls: list[str], token_file: str | Path | None, recordings: Path = Path("recordings")) -> int:
     """`token_file`, else $CALLCENTER_TOKEN, else the server's recordings/.control-token: the token
     is never an argument, which every user of the machine could read in `ps`."""
-    import os
+    from callcenter.supervisor.client import read_token
 
-    if token_file is not None:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read the token file: {exc}") from None
-    else:
-        token = os.environ.get("CALLCENTER_TOKEN", "")
-    if not token and (recordings / ".control-token").exists():
-        token = (recordings / ".control-token").read_text().strip()
-    if not token:
-        raise ValueError("no API token: pass --token-file, set CALLCENTER_TOKEN, or run next to the server's "
-                         "recordings/.control-token")
+    token = read_token(token_file, recordings)
     SupervisorApp([Server(u, token) for u in urls]).run()
     return 0

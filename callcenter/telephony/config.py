@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -164,6 +165,34 @@ class ContactCenter(_Strict):
         return agent.uri or f"sip:{agent.name}@{self.registrar}"
 
 
+class Outbound(_Strict):
+    """Calls the server places (`callcenter dial`, the control API's POST /api/dial)."""
+    flows: dict[str, Path] = Field(
+        default_factory=dict, description="the flows a dialled call may run, by name (a dial names one of "
+                                          "these, never a path); a relative path is relative to this file")
+    allow: list[str] = Field(
+        default_factory=list, description="destinations that may be dialled, as patterns (* and ?): numbers "
+                                          "as +14155550100 or 4155550100, SIP URIs as sip:user@host:port. "
+                                          "Empty: nothing may be dialled (no toll fraud by default)")
+    deny: list[str] = Field(default_factory=list, description="patterns never dialled, even when allowed "
+                                                              "(premium-rate numbers, emergency services)")
+    trunk: str | None = Field(None, description="host[:port] a number is sent to (sip:NUMBER@trunk); absent: "
+                                                "the registrar's domain; with neither, only SIP URIs are dialled")
+    caller_id: str | None = Field(None, description="the caller ID presented (a P-Asserted-Identity header, "
+                                                    "e.g. sip:+14155550100@pbx.example or +14155550100)")
+    ring_s: float = Field(30.0, gt=0, le=300, description="how long a dialled phone rings before no_answer")
+    max_calls: int | None = Field(None, ge=1, le=PJSUA_MAX_CALLS,
+                                  description="dialled calls at once (they take call slots like any call)")
+
+    @field_validator("flows")
+    @classmethod
+    def _flow_names(cls, v: dict[str, Path]) -> dict[str, Path]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+                raise ValueError(f"flow name {name!r}: letters, digits, _ and - only")
+        return v
+
+
 class ServerConfig(_Strict):
     """The whole `serve` config (sip.yaml): SIP, media, WebRTC, control API, recordings, limits."""
 
@@ -198,6 +227,7 @@ class ServerConfig(_Strict):
                                          description="delete recordings, transcripts and voicemail older than "
                                                      "this many days, at start and once a day; absent: keep all")
     contact_center: ContactCenter | None = Field(None, description="queues of human agents; off when absent")
+    outbound: Outbound | None = Field(None, description="calls the server places; off when absent")
     store: str | None = Field(
         None, description="the system of record every worker shares (queues, agents, one row per call): "
                           "sqlite:///callcenter.db (embedded; a relative path is relative to this file) or "
@@ -240,6 +270,13 @@ class ServerConfig(_Strict):
             raise ValueError(f"listen.host {self.listen.host} cannot name this worker to the other hosts on "
                              "a shared store: give this host's own address")
         return self
+
+    def outbound_flow(self, name: str) -> Path:
+        """The file of an outbound flow named in `outbound.flows` (KeyError: no such name)."""
+        if self.outbound is None:
+            raise KeyError(name)
+        path = self.outbound.flows[name]
+        return path if path.is_absolute() else (self._base or Path.cwd()) / path
 
     def store_url(self) -> StoreUrl:
         """Where the store is: `store:`, else the deprecated contact_center.store, else

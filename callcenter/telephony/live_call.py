@@ -80,10 +80,11 @@ class LiveCall:
     hang up, transfer and connect a person's leg on their transport."""
 
     transport = "sip"
+    direction = "inbound"  # outbound: a call the server placed (telephony/outbound.py)
     transfer_bridges = False  # True: a transfer keeps the agent in the media path (no REFER possible)
 
     def __init__(self, agent: Switchboard, call_id: str, remote_uri: str, variables: dict[str, str],
-                 transport_id: dict[str, str] | None = None):
+                 transport_id: dict[str, str] | None = None, library=None):
         self.agent = agent
         self.call_id = call_id
         self.remote_uri = remote_uri
@@ -98,12 +99,13 @@ class LiveCall:
         self.recorder: StereoRecorder | None = None  # made once media flows (on_confirmed)
         self.events = CallEvents(self.call_id)
         agent.metrics.watch(self.events, self.transport)
-        flow = agent.flows.current  # this call keeps this version even if the file changes meanwhile
+        library = library or agent.flows  # the inbound flow, or the outbound flow a dial named
+        flow = library.current  # this call keeps this version even if the file changes meanwhile
         ambience = Ambience(flow.ambience, seed=zlib.crc32(self.call_id.encode()))
         self.bridge = MediaBridge(loop, None, ambience)
         self.session = CallSession(self.call_id, flow, self.bridge, self, self.events, agent.stt,
                                    agent.tts, services=agent.services_for(flow),
-                                   variables=variables, flow_digest=agent.flows.digest,
+                                   variables=variables, flow_digest=library.digest,
                                    worker=f"{agent.config.listen.host}:{agent.config.listen.port}",
                                    transport=self.transport, transport_id=transport_id)
         self.consult: ConsultLeg | None = None
@@ -111,6 +113,7 @@ class LiveCall:
         self.bridge.on_privacy(self._privacy)
         self.task: asyncio.Task | None = None
         self.started_wall = time.time()
+        self.outcome: str | None = None  # how the call ended, in the store's words, once it has
 
     @property
     def ended(self) -> bool:
@@ -129,7 +132,7 @@ class LiveCall:
             self.log.error("recording_failed", error=str(exc))
         flow = self.session.flow
         self.row = CallRow(self.agent.calls, self.agent.outbox, self.call_id)
-        self.row.started(transport=self.transport, caller=self.caller_id.get("caller", ""),
+        self.row.started(direction=self.direction, transport=self.transport, caller=self.caller_id.get("caller", ""),
                          caller_number=self.caller_id.get("caller_number", ""), flow=flow.name,
                          flow_version=flow.version, recording=str(wav), events=str(jsonl))
         self.task = asyncio.create_task(self._run(), context=self.context)
@@ -309,7 +312,9 @@ class LiveCall:
             slots = dialog.redactor.scrub({k: v for k, v in result.variables.items() if k in self.session.slot_names})
             slots.update({k: str(v) for k, v in dialog.masked.items() if k in slots})
             history = [e.as_dict() for e in self.events.history]
-            self.row.ended(call_end(history, result.ended_by, result.path, slots, result.transferred_to))
+            end = call_end(history, result.ended_by, result.path, slots, result.transferred_to)
+            self.row.ended(end)
+            self.outcome = end.outcome
             self.row = None
         self.agent.live.pop(self.call_id, None)
         self.agent.memory.call_ended()

@@ -669,15 +669,23 @@ class SipEndpoint:
         active = sum(1 for c in list(self.calls.values()) if not c.disconnected) + self.other_calls()
         return max(0, self.config.max_calls - active)
 
-    def make_call(self, uri: str, listener, bridge) -> SipCall:
-        """Place an outgoing call (SIP thread), e.g. to a person for a warm transfer. It counts
-        toward max_calls like any other call."""
+    def make_call(self, uri: str, listener, bridge, headers: dict[str, str] | None = None) -> SipCall:
+        """Place an outgoing call (SIP thread), e.g. to a person for a warm transfer, with extra
+        `headers` in its INVITE (a caller ID). It counts toward max_calls like any other call."""
         if not self.free_slots():
             raise SipError(f"cannot call {uri}: all {self.config.max_calls} call slots are in use")
         call = SipCall(self, self.account)
         call.listener = listener
         call.bridge = bridge
-        call.makeCall(uri, pj.CallOpParam(True))
+        op = pj.CallOpParam(True)
+        for name, value in (headers or {}).items():
+            header = pj.SipHeader()
+            header.hName, header.hValue = name, value
+            op.txOption.headers.append(header)
+        try:
+            call.makeCall(uri, op)
+        except pj.Error as exc:
+            raise SipError(f"cannot call {uri}: {exc.reason.strip()}") from None
         ci = call.getInfo()
         call.info = CallInfo(ci.callIdString, uri, ci.localUri)
         self.calls[call.info.call_id] = call

@@ -1,0 +1,65 @@
+"""A dialled call answered by a person: a real baresip phone answers `callcenter dial`, hears the
+outbound flow with the request's variables, answers it by voice, and the call ends as its flow
+says. The phone's own recording is transcribed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from callcenter.audio.wavfile import read_wav
+from callcenter.lab.agent_process import AgentProcess
+from callcenter.lab.softphone import Softphone, scripted_caller
+from callcenter.store.calls import CallRecords
+from callcenter.store.db import open_database
+from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base
+from tests.test_outbound_dial import TOKEN, outbound_config
+
+pytestmark = [pytest.mark.sip, pytest.mark.slow]
+
+if not shutil.which("baresip"):
+    pytest.skip("baresip is not installed (scripts/setup installs it)", allow_module_level=True)
+
+
+def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_path, stt):
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                         token=TOKEN, extra_config=outbound_config("'sip:dana@127.0.0.1:*'")).start()
+    # the prompt takes about 7 s: Dana answers after it (an answer over it is a barge-in, heard all the same)
+    (tmp_path / "mic").mkdir()
+    mic = scripted_caller(["Yes, I can make it."], tmp_path / "mic", lead_s=9.0, gap_s=0.0, tail_s=8.0)
+    phone = Softphone(tmp_path / "dana", mic, user="dana", port=free_udp_port()).start()
+    try:
+        run = subprocess.run([sys.executable, "-m", "callcenter.cli", "dial", phone.uri, "--flow", "reminder",
+                              "--var", "name=Dana", "--var", "day=Monday", "--var", "at=10 am",
+                              "--connect", agent.control_url, "--wait", "--timeout", "60"],
+                             capture_output=True, text=True, timeout=90, env=dict(os.environ, CALLCENTER_TOKEN=TOKEN))
+        assert phone.wait_ended(10), phone.log()
+        heard = phone.received_wav()
+    finally:
+        phone.close()
+        agent.stop()
+    assert run.returncode == 0, (run.stdout, run.stderr, agent.log()[-3000:])
+    call_id, result = run.stdout.split("\n")[0], json.loads(run.stdout.strip().split("\n")[-1])
+    assert result["call_id"] == call_id and result["outcome"] == "ai_completed" and result["ended_by"] == "agent"
+
+    events = [json.loads(line) for path in agent.calls() if path.stem == call_id
+              for line in path.read_text().splitlines()]
+    start = next(e for e in events if e["kind"] == "call_start")
+    assert start["direction"] == "outbound"
+    decisions = [e for e in events if e["kind"] == "flow_decision" and e.get("intent")]
+    assert decisions and decisions[0]["intent"] == "yes", decisions
+
+    says = [e["text"] for e in events if e["kind"] == "agent_say"]
+    assert says[0].startswith("Hello Dana, this is Example Dental") and "on Monday at 10 am" in says[0], says
+    # what the phone heard (the voice says "Dana" so that Whisper often writes "Donna": not asserted)
+    heard_text = stt.transcribe_pcm(read_wav(heard)).text.lower()
+    assert "example dental" in heard_text and "monday" in heard_text and "see you" in heard_text, heard_text
+
+    rows = [c for c in CallRecords(open_database(agent.store), "", "").between(0, 2**40) if c["call_id"] == call_id]
+    assert rows and rows[0]["direction"] == "outbound" and rows[0]["outcome"] == "ai_completed"
+    assert rows[0]["answered"] and rows[0]["caller"] == phone.uri
