@@ -13,11 +13,14 @@ from collections import OrderedDict
 
 import structlog
 
+from callcenter.aftercall.webhook import DeadLetters, Webhook
+from callcenter.aftercall.worker import PostCall
 from callcenter.call.call_metrics import CallMetrics
 from callcenter.call.call_row import Outbox
 from callcenter.call.recording import make_private, repair_recordings
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT
+from callcenter.campaign.dialer import Dialer
 from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
@@ -28,6 +31,7 @@ from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
 from callcenter.store.adopt import adopt_legacy_store
 from callcenter.store.calls import CallRecords
+from callcenter.store.campaigns import CampaignStore
 from callcenter.store.db import open_database
 from callcenter.store.queues import HEARTBEAT_S, QueueStore
 from callcenter.store.schema import migrate
@@ -50,6 +54,7 @@ from callcenter.voice.speaker import make_tts
 log = structlog.get_logger()
 
 ANSWER_TIMEOUT_S = 5.0  # a SIP caller who has not ACKed our 200 OK by then is hung up: the slot is freed
+POST_CALL_DRAIN_S = 5.0  # at shutdown, the last calls' summaries and webhooks get this long
 DIALLED_KEPT = 1000  # dialled calls the control API can still report on
 
 
@@ -95,6 +100,13 @@ class CallServer:
             for flow_queue, q in self.flows.current.queues.items():
                 if not isinstance(q, str):
                     self.queues.define_queue(flow_queue, q.agents, q.skills, q.strategy, q.service_level_s)
+        hook = config.after_call.webhook
+        try:
+            webhook = Webhook(hook.url, hook.secret(), hook.attempts, hook.backoff_s, DeadLetters(self.store)) \
+                if hook else None
+        except ValueError as exc:
+            raise CallcenterError(str(exc)) from None
+        self.post_call = PostCall(self.calls, webhook)  # summaries and the webhook, one call at a time
         self.memory = MemoryKeeper(config.memory_trim_s)
         self.metrics = CallMetrics(self._active_calls, self._rejected_calls)
         if self.queues is not None:
@@ -130,7 +142,8 @@ class CallServer:
             check_queues(library.current, self.config)
             self.outbound_flows[name] = library
 
-    async def dial(self, to: str, flow_name: str, variables: dict | None = None) -> OutboundSipCall:
+    async def dial(self, to: str, flow_name: str, variables: dict | None = None,
+                   caller_id: str | None = None) -> OutboundSipCall:
         """Place a call to `to` (a number or a SIP URI) that runs the outbound flow `flow_name`
         (DialRefused: not allowed, no such flow, bad variables, no free slot)."""
         out = self.config.outbound
@@ -148,7 +161,7 @@ class CallServer:
             raise DialRefused(f"{dialled_now} dialled calls already (outbound.max_calls)", 503)
         if self.full():
             raise DialRefused(f"no free call slot (max_calls {self.config.max_calls})", 503)
-        live = OutboundSipCall(self, uri, str(to).strip(), library, given, out)
+        live = OutboundSipCall(self, uri, str(to).strip(), library, given, out, caller_id)
         self.live[live.call_id] = live
         if self.control is not None:
             self.control.attach(live)
@@ -156,8 +169,8 @@ class CallServer:
             await live.dial()
         except SipError as exc:
             live.log.warning("dial_failed", to=live.to, error=str(exc))
-            live.on_disconnected(503, str(exc))
-            raise DialRefused(str(exc), 503) from None
+            live.on_disconnected(503, str(exc))  # its row says failed
+            raise DialRefused(str(exc), 502) from None
         self.dialled[live.call_id] = live
         while len(self.dialled) > DIALLED_KEPT:
             self.dialled.popitem(last=False)
@@ -302,6 +315,10 @@ class CallServer:
         if self.config.memory_trim_s:
             background.append(asyncio.create_task(self.memory.run()))
         background.append(asyncio.create_task(self.outbox.keep_retrying()))
+        background.append(asyncio.create_task(self.post_call.run()))
+        if self.config.outbound is not None:  # the fleet's campaign dialer, on whichever worker holds its lease
+            dialer = Dialer(CampaignStore(self.store), self.dial, self.free_slots, self.registry.worker, self.calls.get)
+            background.append(asyncio.create_task(dialer.run()))
         if self.config.retention_days:
             background.append(asyncio.create_task(self.keep_recordings(self.config.retention_days)))
         if self.config.control is not None:
@@ -341,6 +358,7 @@ class CallServer:
                 await asyncio.wait(tasks, timeout=3)
             await loop.run_in_executor(None, self.endpoint.stop)
             await loop.run_in_executor(None, self.outbox.retry)  # the ended calls' rows
+            await self.post_call.drain(POST_CALL_DRAIN_S)  # and their summaries
             if len(self.outbox):
                 log.error("store_writes_lost", writes=len(self.outbox), note="the store did not answer before the stop")
             if self.queues is not None:

@@ -102,7 +102,7 @@ SHARD_ENV = "CALLCENTER_TEST_SHARD"
 OFFLINE_SLOW_FILES = {"test_voice_clone.py", "test_outbound_dial.py", "test_simulate.py", "test_cli.py", "test_scenarios.py", "test_security_files.py",
                       "test_local_llm.py", "test_stt_weights.py", "test_voice_derive.py", "test_supervisor_release.py", "test_hear_back.py",
                       # raw SIP signalling, no audio on a deadline
-                      "test_security_agents.py", "test_store_kamailio.py", "test_workers.py", "test_store_calls.py"}
+                      "test_security_agents.py", "test_store_kamailio.py", "test_workers.py"}
 
 
 def on_the_line(item) -> bool:

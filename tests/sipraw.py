@@ -105,21 +105,25 @@ def response(req: bytes, code: int, reason: str, to_tag: str | None = None) -> b
 
 
 class RawUas:
-    """A phone that never answers, on a UDP socket in its own thread: `busy` refuses every INVITE
-    with 486; `ring` sends 180 and rings until CANCELled (then 200 for the CANCEL, 487 for the
-    INVITE), as an unanswered phone does. Every request it got is kept (`requests`)."""
+    """A far end on a UDP socket in its own thread. Its `mode` says what it does with an INVITE:
+    `busy` refuses with 486; `ring` sends 180 and rings until CANCELled (then 200 for the CANCEL,
+    487 for the INVITE); `answer` answers (200 with SDP) and hangs up `hold_s` after the ACK.
+    `mode` may also be a function of the INVITE's user part that returns one of these (a trunk
+    with many numbers behind it). Every request it got is kept (`requests`)."""
 
-    def __init__(self, mode: str, ip: str = "127.0.0.1"):
+    def __init__(self, mode, ip: str = "127.0.0.1", hold_s: float = 1.5):
         import threading
 
-        assert mode in ("busy", "ring")
-        self.mode = mode
+        self.mode = mode if callable(mode) else (lambda user: mode)
+        self.hold_s = hold_s
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((ip, 0))
-        self.sock.settimeout(0.2)
+        self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
         self.requests: list[bytes] = []
-        self._invites: dict[str, bytes] = {}
+        self._invites: dict[str, tuple[bytes, tuple]] = {}
+        self._byes: list[tuple[float, bytes, tuple]] = []
+        self._tag = uuid.uuid4().hex[:8]
         self._stop = False
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -127,9 +131,15 @@ class RawUas:
     def uri(self, user: str) -> str:
         return f"sip:{user}@127.0.0.1:{self.port}"
 
+    def invites_to(self, user: str) -> int:
+        return sum(1 for r in self.requests if r.startswith(f"INVITE sip:{user}@".encode()))
+
     def _serve(self) -> None:
-        tag = uuid.uuid4().hex[:8]
         while not self._stop:
+            now = time.monotonic()
+            for due in [b for b in self._byes if b[0] <= now]:
+                self._byes.remove(due)
+                self.sock.sendto(due[1], due[2])
             try:
                 data, peer = self.sock.recvfrom(65535)
             except (socket.timeout, OSError):
@@ -137,19 +147,44 @@ class RawUas:
             if status_of(data) is not None:
                 continue
             self.requests.append(data)
-            method = data.split(b" ", 1)[0].decode()
-            call_id = header(data, "Call-ID")
-            if method == "INVITE":
-                self._invites[call_id] = data
-                self.sock.sendto(response(data, 100, "Trying"), peer)
-                if self.mode == "busy":
-                    self.sock.sendto(response(data, 486, "Busy Here", tag), peer)
-                else:
-                    self.sock.sendto(response(data, 180, "Ringing", tag), peer)
-            elif method == "CANCEL":
-                self.sock.sendto(response(data, 200, "OK", tag), peer)
-                if call_id in self._invites:
-                    self.sock.sendto(response(self._invites.pop(call_id), 487, "Request Terminated", tag), peer)
+            self._on_request(data, peer)
+
+    def _on_request(self, data: bytes, peer) -> None:
+        tag = self._tag
+        method = data.split(b" ", 1)[0].decode()
+        call_id = header(data, "Call-ID")
+        if method == "INVITE":
+            if call_id in self._invites:  # a retransmission
+                return
+            self._invites[call_id] = (data, peer)
+            self.sock.sendto(response(data, 100, "Trying"), peer)
+            user = data.split(b" ", 2)[1].decode().split(":", 1)[1].split("@", 1)[0]
+            mode = self.mode(user)
+            if mode == "busy":
+                self.sock.sendto(response(data, 486, "Busy Here", tag), peer)
+            elif mode == "ring":
+                self.sock.sendto(response(data, 180, "Ringing", tag), peer)
+            else:
+                sdp = SDP.format(ip="127.0.0.1", rtp=9)
+                ok = response(data, 200, "OK", tag).replace(
+                    b"Content-Length: 0", f"Contact: <sip:far@127.0.0.1:{self.port}>\r\nContent-Type: "
+                    f"application/sdp\r\nContent-Length: {len(sdp)}".encode()) + sdp.encode()
+                self.sock.sendto(ok, peer)
+        elif method == "ACK" and call_id in self._invites:
+            invite, peer_of = self._invites[call_id]
+            target = re.search(r"<([^>]+)>", header(invite, "Contact")).group(1)
+            bye = "\r\n".join([
+                f"BYE {target} SIP/2.0",
+                f"Via: SIP/2.0/UDP 127.0.0.1:{self.port};rport;branch=z9hG4bK{uuid.uuid4().hex[:12]}",
+                "Max-Forwards: 70", f"From: {header(invite, 'To')};tag={tag}", f"To: {header(invite, 'From')}",
+                f"Call-ID: {call_id}", "CSeq: 1 BYE", "Content-Length: 0"]) + "\r\n\r\n"
+            self._byes.append((time.monotonic() + self.hold_s, bye.encode(), peer_of))
+        elif method == "CANCEL":
+            self.sock.sendto(response(data, 200, "OK", tag), peer)
+            if call_id in self._invites:
+                self.sock.sendto(response(self._invites[call_id][0], 487, "Request Terminated", tag), peer)
+        elif method == "BYE":
+            self.sock.sendto(response(data, 200, "OK"), peer)
 
     def close(self) -> None:
         self._stop = True

@@ -12,12 +12,13 @@ import sys
 
 import pytest
 
+from callcenter.aftercall.webhook import signature
 from callcenter.audio.wavfile import read_wav
 from callcenter.lab.agent_process import AgentProcess
 from callcenter.lab.softphone import Softphone, scripted_caller
 from callcenter.store.calls import CallRecords
 from callcenter.store.db import open_database
-from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base
+from tests.conftest import FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 from tests.test_outbound_dial import TOKEN, outbound_config
 
 pytestmark = [pytest.mark.sip, pytest.mark.slow]
@@ -26,9 +27,39 @@ if not shutil.which("baresip"):
     pytest.skip("baresip is not installed (scripts/setup installs it)", allow_module_level=True)
 
 
+class Receiver:
+    """An end-of-call webhook's receiver on loopback: keeps each POST's body and headers."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        got = self.got = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                got.append((body, dict(self.headers)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/calls"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
 def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_path, stt):
+    hook = Receiver()
+    after_call = f"after_call:\n  webhook: {{url: '{hook.url}', backoff_s: 0.5}}\n"
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
-                         token=TOKEN, extra_config=outbound_config("'sip:dana@127.0.0.1:*'")).start()
+                         token=TOKEN, extra_config=outbound_config("'sip:dana@127.0.0.1:*'") + after_call,
+                         env={"CALLCENTER_WEBHOOK_SECRET": "hook-secret"}).start()
     # the prompt takes about 7 s: Dana answers after it (an answer over it is a barge-in, heard all the same)
     (tmp_path / "mic").mkdir()
     mic = scripted_caller(["Yes, I can make it."], tmp_path / "mic", lead_s=9.0, gap_s=0.0, tail_s=8.0)
@@ -40,9 +71,11 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
                              capture_output=True, text=True, timeout=90, env=dict(os.environ, CALLCENTER_TOKEN=TOKEN))
         assert phone.wait_ended(10), phone.log()
         heard = phone.received_wav()
+        assert wait_for(lambda: hook.got, 15), agent.log()[-3000:]  # the webhook, after the call
     finally:
         phone.close()
         agent.stop()
+        hook.close()
     assert run.returncode == 0, (run.stdout, run.stderr, agent.log()[-3000:])
     call_id, result = run.stdout.split("\n")[0], json.loads(run.stdout.strip().split("\n")[-1])
     assert result["call_id"] == call_id and result["outcome"] == "ai_completed" and result["ended_by"] == "agent"
@@ -63,3 +96,9 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
     rows = [c for c in CallRecords(open_database(agent.store), "", "").between(0, 2**40) if c["call_id"] == call_id]
     assert rows and rows[0]["direction"] == "outbound" and rows[0]["outcome"] == "ai_completed"
     assert rows[0]["answered"] and rows[0]["caller"] == phone.uri
+    # after the call: a summary in the store, and the same in a signed webhook
+    assert rows[0]["summary"].startswith(f"We called {phone.uri} (reminder)") and rows[0]["sentiment"] == "positive"
+    body, headers = hook.got[0]
+    sent = json.loads(body)
+    assert sent["call_id"] == call_id and sent["outcome"] == "ai_completed" and sent["summary"] == rows[0]["summary"]
+    assert headers["X-Callcenter-Signature"] == signature("hook-secret", headers["X-Callcenter-Timestamp"], body)

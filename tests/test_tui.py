@@ -497,3 +497,41 @@ def test_the_transcript_shows_what_the_flow_heard_and_a_keyed_number_on_one_line
     assert lines == [("caller", "my date of birth is the fourth of March 1985"),
                      ("flow", "dob → acct (slots, born: 1985-03-04)"), ("keypad", "4721"),
                      ("flow", "acct → done (keypad, value: 4721)")]
+
+
+def campaign_summaries() -> list[dict]:
+    counts = {"contacts": 20, "dialled": 13, "calls": 17, "answered": 9, "machine": 0, "no_answer": 2, "busy": 2,
+              "failed": 0, "dnc_skipped": 2, "refused": 0, "remaining": 5}
+    return [{"name": "december-reminders", "state": "running", "flow": "reminder", "file": "x", "created": 1.0,
+             "updated": 2.0, "counts": counts},
+            {"name": "survey", "state": "paused", "flow": "survey", "file": "y", "created": 0.5, "updated": 1.0,
+             "counts": {**counts, "contacts": 3, "dialled": 0, "calls": 0, "answered": 0, "no_answer": 0, "busy": 0,
+                        "dnc_skipped": 0, "remaining": 3}}]
+
+
+async def show_campaigns(pilot) -> None:
+    from callcenter.supervisor.campaigns_screen import CampaignsUpdated
+
+    await pilot.press("C")
+    await pilot.pause()
+    pilot.app.screen.post_message(CampaignsUpdated(campaign_summaries()))
+    await pilot.pause()
+
+
+def test_the_campaigns_panel_counts_each_campaigns_calls():
+    async def main():
+        app = offline_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await show_campaigns(pilot)
+            table = app.screen.query_one("#campaigns")
+            assert app.screen.__class__.__name__ == "CampaignsScreen" and table.row_count == 2
+            assert [str(c) for c in table.get_row("december-reminders")] == [
+                "december-reminders", "running", "reminder", "20", "13", "9", "0", "2", "2", "0", "2", "5"]
+            await pilot.press("escape")
+            assert app.screen.__class__.__name__ != "CampaignsScreen"
+
+    asyncio.run(main())
+
+
+def test_campaigns_screen_120x36(snap_compare):
+    assert snap_compare(offline_app(), terminal_size=(120, 36), run_before=show_campaigns)

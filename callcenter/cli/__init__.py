@@ -8,7 +8,7 @@ import os
 import sys
 
 from callcenter import logs
-from callcenter.cli import dial, flows, lab, run, voice
+from callcenter.cli import campaign, dial, flows, lab, run, voice
 from callcenter.cli.common import CliError
 from callcenter.errors import CallcenterError
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     flows.add_flows(sub)
     run.add_tui(sub)
     dial.add_dial(sub)
+    campaign.add_campaign(sub)
     flows.add_test(sub)
     lab.add_bench(sub)
     return p

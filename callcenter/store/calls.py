@@ -48,8 +48,9 @@ OUTCOMES = (AI_COMPLETED, TRANSFERRED, QUEUE_ANSWERED, QUEUE_ABANDONED, QUEUE_TI
 
 COLUMNS = ("call_id", "direction", "transport", "caller", "caller_number", "started", "answered", "ended",
            "worker", "host", "flow", "flow_version", "nodes", "intent", "slots", "outcome", "transfer_to", "queue",
-           "queue_wait_s", "turns", "voice_to_voice_p50_ms", "voice_to_voice_max_ms", "recording", "events")
-JSON_COLUMNS = ("nodes", "slots")
+           "queue_wait_s", "turns", "voice_to_voice_p50_ms", "voice_to_voice_max_ms", "recording", "events",
+           "summary", "categories", "sentiment")
+JSON_COLUMNS = ("nodes", "slots", "categories")
 
 
 @dataclass
@@ -114,6 +115,12 @@ class CallRecords:
                                "ORDER BY started LIMIT ?", (since, until, limit))
         return [_call(row) for row in rows]
 
+    def summarised(self, call_id: str, summary: str, categories: list[str], sentiment: str) -> None:
+        """What the post-call work found (call/aftercall): a short summary, categories, sentiment."""
+        with self.db.transaction():
+            self.db.execute("UPDATE calls SET summary=?, categories=?, sentiment=? WHERE call_id=?",
+                            (summary, json.dumps(categories), sentiment, call_id))
+
     def get(self, call_id: str) -> dict[str, Any] | None:
         rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE call_id=?", (call_id,))
         return _call(rows[0]) if rows else None
@@ -123,5 +130,5 @@ def _call(row: tuple) -> dict[str, Any]:
     """A row of `calls` as a dict, its JSON columns decoded."""
     call = dict(zip(COLUMNS, row))
     for key in JSON_COLUMNS:
-        call[key] = json.loads(call[key] or ("[]" if key == "nodes" else "{}"))
+        call[key] = json.loads(call[key] or ("{}" if key == "slots" else "[]"))
     return call

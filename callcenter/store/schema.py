@@ -73,10 +73,39 @@ FLEET = """
 ALTER TABLE workers ADD COLUMN control TEXT NOT NULL DEFAULT ''
 """
 
+CAMPAIGNS = """
+CREATE TABLE IF NOT EXISTS campaigns (
+    name TEXT PRIMARY KEY, file TEXT NOT NULL DEFAULT '', flow TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'running',
+    settings TEXT NOT NULL DEFAULT '{}', created {real} NOT NULL, updated {real} NOT NULL);
+CREATE TABLE IF NOT EXISTS campaign_contacts (
+    campaign TEXT NOT NULL, row_no INTEGER NOT NULL, number TEXT NOT NULL, timezone TEXT NOT NULL,
+    variables TEXT NOT NULL DEFAULT '{}', attempts INTEGER NOT NULL DEFAULT 0, next_at {real} NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'pending', result TEXT, call_id TEXT, updated {real} NOT NULL DEFAULT 0,
+    PRIMARY KEY (campaign, row_no));
+CREATE INDEX IF NOT EXISTS campaign_contacts_due ON campaign_contacts(campaign, state, next_at);
+CREATE TABLE IF NOT EXISTS campaign_attempts (
+    campaign TEXT NOT NULL, row_no INTEGER NOT NULL, attempt INTEGER NOT NULL, call_id TEXT,
+    started {real} NOT NULL, result TEXT, PRIMARY KEY (campaign, row_no, attempt));
+CREATE TABLE IF NOT EXISTS do_not_call (number TEXT PRIMARY KEY, added {real} NOT NULL, source TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until {real} NOT NULL)
+"""
+
+AFTER_CALL = """
+ALTER TABLE calls ADD COLUMN summary TEXT;
+ALTER TABLE calls ADD COLUMN categories TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE calls ADD COLUMN sentiment TEXT;
+CREATE TABLE IF NOT EXISTS webhook_dead_letters (
+    call_id TEXT NOT NULL, url TEXT NOT NULL, attempts INTEGER NOT NULL, error TEXT NOT NULL,
+    payload TEXT NOT NULL, failed {real} NOT NULL);
+CREATE INDEX IF NOT EXISTS webhook_dead_letters_failed ON webhook_dead_letters(failed)
+"""
+
 MIGRATIONS = (
     Migration(1, "queues and agents", QUEUES, _retry_after),
     Migration(2, "one row per call; workers' host and version", CALLS),
     Migration(3, "workers' control API, for the console to find the fleet", FLEET),
+    Migration(4, "outbound campaigns, their contacts and attempts; do-not-call; leases", CAMPAIGNS),
+    Migration(5, "after the call: summary, categories and sentiment; the webhook's dead letters", AFTER_CALL),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -18,9 +18,12 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
   instant switch), `leave`.
 - `POST /api/dial` `{"to", "flow", "variables"}` — place a call to a number or SIP URI that runs one
   of the server's outbound flows (`outbound.flows`), if `outbound.allow` lets it: 201
-  `{"call_id", "state"}`; 403 not allowed, 404 no such flow, 400 bad variables, 503 no free slot.
+  `{"call_id", "state"}`; 403 not allowed, 404 no such flow, 400 bad variables, 503 no free slot,
+  502 the call could not be placed.
 - `GET  /api/dial/{id}` — a dialled call: `state` (dialling, ringing, answered, ended), `outcome`
   (`no_answer`, `busy`, `failed`, or its flow's outcome once over), `sip_code`, `ended_by`.
+- `GET  /api/campaigns` — every outbound campaign in the store: state, flow, and its counts (contacts,
+  dialled, calls, answered, machine, no answer, busy, failed, do-not-call skipped, refused, remaining).
 - `GET  /api/queues` — with a contact center: every queue (waiting, longest wait, agents available,
   busy and paused, answered, abandoned, timed out and called back today, service level) and every
   human agent (state, reason, time in state). The WebSocket sends it as `{"type": "queues", ...}`
@@ -149,6 +152,7 @@ class ControlApi:
         app.router.add_post("/api/calls/{call_id}/{action}", self._action)
         app.router.add_post("/api/dial", self._dial)
         app.router.add_get("/api/dial/{call_id}", self._dialled)
+        app.router.add_get("/api/campaigns", self._campaigns)
         app.router.add_get("/api/queues", self._queues)
         app.router.add_post("/api/agents/{name}/{action}", self._agent_action)
         app.router.add_get("/api/flows", self._flows)
@@ -413,6 +417,17 @@ class ControlApi:
         if live is None:
             return web.json_response({"error": "no such dialled call (on this worker)"}, status=404)
         return web.json_response(live.summary())
+
+    async def _campaigns(self, request: web.Request) -> web.Response:
+        from callcenter.store.campaigns import CampaignStore
+        from callcenter.store.db import StoreError
+
+        loop = asyncio.get_running_loop()
+        try:
+            campaigns = await loop.run_in_executor(None, CampaignStore(self.agent.store).summaries)
+        except StoreError as exc:
+            return web.json_response({"error": f"the store: {exc}"}, status=503)
+        return web.json_response({"campaigns": campaigns})
 
     async def _flows(self, request: web.Request) -> web.Response:
         lib = self.agent.flows

@@ -30,10 +30,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label, RichLog, Static
+from textual.widgets import DataTable, Header, Input, Label, RichLog, Static
 
 from callcenter.call.events import LLM_FELL_BACK
 from callcenter.supervisor.floor import Floor, transcript_lines, waterfall
+from callcenter.supervisor.footer import FitFooter
 
 RECONNECT_S = 2.0
 COLUMNS = ("caller", "flow / node", "state", "time", "intent", "in  out")
@@ -189,7 +190,7 @@ KEYS_HELP = """Calls (the selected one)
   h  hang up (asks first; the caller hears a goodbye)
   l  listen   w  whisper   b  barge in (your phone is called)   x  leave
 Screens
-  R  recordings    F  flows    Q  queues and agents    ?  this help
+  R  recordings    F  flows    Q  queues and agents    C  campaigns    ?  this help
   ctrl+p  the command palette (every action by name)    q  quit (asks first)
 Every screen: Esc or b goes back."""
 
@@ -228,54 +229,6 @@ class PickTarget(ModalScreen[tuple[str, str] | None]):
         self.dismiss(None)
 
 
-# the main screen's keys by how often a supervisor needs them: the footer shows those that fit its
-# width, in this order of priority; every key works at any width, and `?` and the palette list all
-FOOTER_PRIORITY = ("say", "take_over", "help", "release", "pause", "hangup", "transfer", "listen", "whisper",
-                   "barge", "mark", "queues", "recordings", "flows", "ask_quit")
-PALETTE_KEY_WIDTH = 12  # "▏^p palette"
-
-
-class FitFooter(Footer):
-    """Textual's footer, with only the keys that fit, so none is cut in half: at 80 columns the
-    commonest call actions and help, from 120 transfer, listen, whisper and barge too
-    (`FOOTER_PRIORITY`)."""
-
-    def compose(self) -> ComposeResult:
-        if not self._bindings_ready:
-            return
-        from textual.widgets._footer import FooterKey
-
-        shown = {}
-        for _, binding, enabled, tooltip in self.screen.active_bindings.values():
-            if binding.show and binding.action not in shown:
-                shown[binding.action] = (binding, enabled, tooltip)
-        room = (self.app.size.width or 80) - PALETTE_KEY_WIDTH
-        rank = {a: i for i, a in enumerate(FOOTER_PRIORITY)}
-        keep = set()
-        for action in sorted(shown, key=lambda a: rank.get(a, len(rank))):
-            binding = shown[action][0]
-            need = len(self.app.get_key_display(binding)) + len(binding.description) + 3
-            if need > room:
-                break  # strictly by priority: never a rarer key in place of a commoner one
-            keep.add(action)
-            room -= need
-        self.styles.grid_size_columns = len(keep)
-        for action, (binding, enabled, tooltip) in shown.items():
-            if action in keep:
-                yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description,
-                                binding.action, disabled=not enabled, tooltip=tooltip).data_bind(compact=Footer.compact)
-        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
-            found = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
-            if found is not None:
-                _, binding, enabled, tooltip = found
-                yield FooterKey(binding.key, self.app.get_key_display(binding), binding.description, binding.action,
-                                classes="-command-palette", disabled=not enabled, tooltip=binding.tooltip or
-                                binding.description)
-
-    def on_resize(self) -> None:
-        self.refresh(recompose=True)
-
-
 class RecordingsScreen(Screen):
     BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("p", "play", "Play WAV"),
                 Binding("r", "refresh", "Refresh")]
@@ -284,7 +237,7 @@ class RecordingsScreen(Screen):
         yield Header()
         yield DataTable(id="recordings", cursor_type="row")
         yield RichLog(id="recording-transcript", wrap=True, markup=False, min_width=20)
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#recordings", DataTable)
@@ -353,7 +306,7 @@ class FlowsScreen(Screen):
         yield Header()
         yield DataTable(id="flows", cursor_type="row")
         yield RichLog(id="flow-errors", wrap=True, markup=False)
-        yield Footer()
+        yield FitFooter()
 
     async def on_mount(self) -> None:
         table = self.query_one("#flows", DataTable)
@@ -419,7 +372,7 @@ class QueuesScreen(Screen):
         yield DataTable(id="queues", cursor_type="none", zebra_stripes=True)
         yield DataTable(id="agents", cursor_type="row", zebra_stripes=True)
         yield Static(id="queue-alerts")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         self.query_one("#queues", DataTable).border_title = "queues"
@@ -510,6 +463,7 @@ class SupervisorApp(App):
         Binding("R", "recordings", "Recordings"),
         Binding("F", "flows", "Flows"),
         Binding("Q", "queues", "Queues"),
+        Binding("C", "campaigns", "Campaigns"),
         Binding("question_mark", "help", "Help"),
         Binding("q", "ask_quit", "Quit"),
     ]
@@ -882,6 +836,11 @@ class SupervisorApp(App):
     def action_flows(self) -> None:
         self.push_screen(FlowsScreen())
 
+    def action_campaigns(self) -> None:
+        from callcenter.supervisor.campaigns_screen import CampaignsScreen
+
+        self.push_screen(CampaignsScreen(poll=self._connect))
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for title, help_text, action in (
@@ -894,6 +853,7 @@ class SupervisorApp(App):
             ("Mark the call for review", "Note on the recording", self.action_mark),
             ("Recordings", "Past calls, transcripts, audio", self.action_recordings),
             ("Flows", "Loaded flows, versions, rejected edits", self.action_flows),
+            ("Campaigns", "Outbound campaigns: dialled, answered, no answer, remaining", self.action_campaigns),
         ):
             yield SystemCommand(title, help_text, action)
 

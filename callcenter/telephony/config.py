@@ -193,6 +193,25 @@ class Outbound(_Strict):
         return v
 
 
+class WebhookConfig(_Strict):
+    url: str = Field(pattern=r"^https?://[^\s]+$", description="where each ended call is POSTed (JSON)")
+    secret_env: str = Field("CALLCENTER_WEBHOOK_SECRET", description="environment variable holding the "
+                                                                    "HMAC-SHA256 signing secret (never this file)")
+    attempts: int = Field(5, ge=1, le=20, description="tries before the call goes to the dead letters")
+    backoff_s: float = Field(2.0, ge=0, le=3600, description="wait before the 2nd try; doubled for each next")
+
+    def secret(self) -> str:
+        value = os.environ.get(self.secret_env, "")
+        if not value:
+            raise ValueError(f"environment variable {self.secret_env} (the webhook's signing secret) is not set")
+        return value
+
+
+class AfterCall(_Strict):
+    """Post-call work: every ended call gets a summary, categories and sentiment in the store."""
+    webhook: WebhookConfig | None = Field(None, description="an end-of-call webhook, signed; off when absent")
+
+
 class ServerConfig(_Strict):
     """The whole `serve` config (sip.yaml): SIP, media, WebRTC, control API, recordings, limits."""
 
@@ -228,6 +247,7 @@ class ServerConfig(_Strict):
                                                      "this many days, at start and once a day; absent: keep all")
     contact_center: ContactCenter | None = Field(None, description="queues of human agents; off when absent")
     outbound: Outbound | None = Field(None, description="calls the server places; off when absent")
+    after_call: AfterCall = Field(AfterCall(), description="what happens when a call ends (summary, webhook)")
     store: str | None = Field(
         None, description="the system of record every worker shares (queues, agents, one row per call): "
                           "sqlite:///callcenter.db (embedded; a relative path is relative to this file) or "

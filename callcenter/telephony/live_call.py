@@ -66,6 +66,7 @@ class Switchboard(Protocol):
     queues: object  # QueueStore, or None without a contact center
     control: object  # the control API, or None
     memory: object  # MemoryKeeper
+    post_call: object  # PostCall: an ended call's summary and webhook
     live: dict  # call id → LiveCall
 
     def services_for(self, flow) -> object: ...
@@ -316,6 +317,7 @@ class LiveCall:
             self.row.ended(end)
             self.outcome = end.outcome
             self.row = None
+            self.agent.post_call.call_ended(self.call_id, history)
         self.agent.live.pop(self.call_id, None)
         self.agent.memory.call_ended()
 

@@ -101,12 +101,13 @@ class OutboundSipCall(SipLiveCall):
     direction = "outbound"
 
     def __init__(self, agent: Switchboard, uri: str, to: str, library, variables: dict[str, str],
-                 outbound: Outbound):
+                 outbound: Outbound, caller_id: str | None = None):
         number = to if NUMBER.fullmatch(to) else ""
         LiveCall.__init__(self, agent, new_call_id("out"), uri,
                           {"caller": uri, "caller_number": number, "direction": "outbound", **variables},
                           library=library)
         self.to, self.outbound = to, outbound
+        self.presented = caller_id or outbound.caller_id  # a campaign's own caller ID, else the server's
         self.call = None
         self.info: CallInfo | None = None
         self._transfer = None
@@ -123,7 +124,7 @@ class OutboundSipCall(SipLiveCall):
     async def dial(self) -> None:
         """Place the call (SipError: no free slot, a URI pjsip refuses)."""
         endpoint = self.agent.endpoint
-        caller_id = self.outbound.caller_id
+        caller_id = self.presented
         headers = {"P-Asserted-Identity": f"<{caller_id if ':' in caller_id else 'tel:' + caller_id}>"} \
             if caller_id else None
         self.call = await endpoint.run_on_sip(endpoint.make_call, self.remote_uri, self, self.bridge, headers)
@@ -163,6 +164,7 @@ class OutboundSipCall(SipLiveCall):
                     caller_number=self.caller_id.get("caller_number", ""), flow=flow.name,
                     flow_version=flow.version, answered=False)
         row.ended(CallEnd(outcome=self.outcome, nodes=[]))
+        self.agent.post_call.call_ended(self.call_id, [])
 
     def _finish(self) -> None:
         super()._finish()  # an answered call's outcome comes from its flow

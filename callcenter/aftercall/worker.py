@@ -1,0 +1,98 @@
+"""The post-call worker: when a call ends, its summary and webhook are made here, off the media
+path. One call at a time per process, in a thread at the lowest CPU priority for the rules and the
+store, so live calls never wait on it; the webhook's retries wait on the network, not on the CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from callcenter.aftercall.summary import summarise
+from callcenter.aftercall.webhook import Webhook
+from callcenter.store.calls import CallRecords
+
+log = structlog.get_logger()
+
+ROW_WAIT_S = 10.0  # the row's end is written by the outbox just after the call: wait for it this long
+NICE = 19
+
+
+class PostCall:
+    def __init__(self, calls: CallRecords, webhook: Webhook | None):
+        self.calls, self.webhook = calls, webhook
+        self.queue: asyncio.Queue[tuple[str, list[dict[str, Any]]]] = asyncio.Queue()
+        # its own thread, at the lowest priority: never one of the threads live calls use
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="post-call", initializer=_lower_priority)
+
+    def call_ended(self, call_id: str, events: list[dict[str, Any]]) -> None:
+        """A call is over (its events as the JSONL holds them): summarise it when the worker is free."""
+        self.queue.put_nowait((call_id, events))
+
+    async def run(self) -> None:
+        while True:
+            await self._one(*await self.queue.get())
+
+    async def drain(self, timeout_s: float) -> None:
+        """At shutdown: the calls that ended last get their summary (and webhook) too, within timeout_s."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not self.queue.empty():
+                    await self._one(*self.queue.get_nowait())
+        except TimeoutError:
+            log.error("post_call_unfinished", calls=self.queue.qsize(), after_s=timeout_s)
+
+    async def _one(self, call_id: str, events: list[dict[str, Any]]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            payload = await loop.run_in_executor(self.executor, self._summarise, call_id, events)
+            if payload is not None and self.webhook is not None:
+                await self.webhook.send(payload)
+        except Exception:
+            log.exception("post_call_failed", call_id=call_id)
+
+    def _summarise(self, call_id: str, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+        row = self._ended_row(call_id)
+        if row is None:
+            log.error("post_call_no_row", call_id=call_id, waited_s=ROW_WAIT_S)
+            return None
+        found = summarise(row, events)
+        self.calls.summarised(call_id, found.summary, found.categories, found.sentiment)
+        log.info("call_summarised", call_id=call_id, categories=found.categories, sentiment=found.sentiment)
+        return {"event": "call_ended", **{k: v for k, v in row.items() if k not in ("summary", "categories",
+                                                                                   "sentiment")},
+                **found.as_dict()}
+
+    def _ended_row(self, call_id: str) -> dict[str, Any] | None:
+        deadline = time.monotonic() + ROW_WAIT_S
+        while True:
+            row = self.calls.get(call_id)
+            if row is not None and row.get("ended"):
+                return row
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+
+
+def _lower_priority() -> None:
+    """The post-call thread runs at the lowest CPU priority (Linux: niceness is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (OSError, AttributeError):
+        pass
+
+
+def events_of(path: str | Path | None) -> list[dict[str, Any]]:
+    if not path:
+        return []
+    try:
+        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
