@@ -17,10 +17,9 @@ import statistics
 import subprocess
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from callcenter.lab.balancer import KamailioProcess
+from callcenter.lab.balancer import KamailioProcess, answers_options
 from callcenter.telephony.kamailio import write_kamailio_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,29 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def answers_options(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        s.settimeout(0.05)
-        me = s.getsockname()
-        msg = (f"OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{me[1]};branch=z9hG4bK"
-               f"{uuid.uuid4().hex[:10]}\r\nMax-Forwards: 70\r\nFrom: <sip:probe@127.0.0.1>;tag=1\r\n"
-               f"To: <sip:127.0.0.1:{port}>\r\nCall-ID: {uuid.uuid4().hex}\r\nCSeq: 1 OPTIONS\r\n"
-               "Content-Length: 0\r\n\r\n")
-        s.sendto(msg.encode(), ("127.0.0.1", port))
-        try:
-            return s.recvfrom(4096)[0].startswith(b"SIP/2.0")
-        except socket.timeout:
-            return False
-
-
 def one_run(work: Path) -> dict:
     port = free_port()
     cfg = write_kamailio_config(work, f"127.0.0.1:{port}", ["sip:127.0.0.1:5901", "sip:127.0.0.1:5902"],
                                 agents={"alice": "pw"})
     t0 = time.monotonic()
     kam = KamailioProcess(cfg, work / "kamailio.log", work / "kam.pid")
-    while not answers_options(port):
+    while not answers_options("127.0.0.1", port):
         if time.monotonic() - t0 > 30:
             raise RuntimeError((work / "kamailio.log").read_text()[-2000:])
     ready = time.monotonic() - t0

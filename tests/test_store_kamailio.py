@@ -47,7 +47,7 @@ def test_a_kamailio_restart_loses_no_registration(tmp_path, postgres_server):
         assert postgres_server.sql("SELECT username FROM location", name) == "bob"  # written through
         kam.stop()
         kam = KamailioProcess(cfg, log, pid)
-        time.sleep(2)
+        kam.wait_ready(*kam_addr)
         # the worker rings bob through the restarted balancer: his phone, registered before, rings
         call_id = f"{uuid.uuid4().hex}@127.0.0.1"
         worker.send(request("INVITE", f"sip:bob@127.0.0.1:{balancer}", worker.local, call_id, "w1", 1,

@@ -84,9 +84,7 @@ class Fleet:
         cfg = write_kamailio_config(self.dir / "kamailio", f"{self.host}:{self.balancer_port}",
                                     self.worker_uris(), agents=self.agents)
         self.kamailio = KamailioProcess(cfg, self.kamailio_log, self.dir / "kam.pid")
-        time.sleep(2.0)
-        if self.kamailio.poll() is not None:
-            raise RuntimeError(f"kamailio exited:\n{self.kamailio_log.read_text()[-3000:]}")
+        self.kamailio.wait_ready(self.host, self.balancer_port)
         return self
 
     @property
