@@ -17,7 +17,7 @@ FLOORS = [
     {"__init__", "errors"},
     {"logs", "audio", "text", "yamlfile", "memory", "metrics", "store"},
     {"hearing", "voice"},
-    {"dialog", "campaign"},
+    {"dialog", "campaign", "reports"},
     {"call"},
     {"telephony", "supervisor", "flowtest", "hear_back", "testing", "aftercall"},  # transports own their call control
     {"server", "workers"},

@@ -8,7 +8,7 @@ import os
 import sys
 
 from callcenter import logs
-from callcenter.cli import campaign, dial, flows, lab, run, voice
+from callcenter.cli import campaign, dial, flows, lab, report, run, voice
 from callcenter.cli.common import CliError
 from callcenter.errors import CallcenterError
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_kamailio_config(sub)
     run.add_store(sub)
     run.add_calls(sub)
+    report.add_report(sub)
     run.add_demo(sub)
     flows.add_simulate(sub)
     voice.add_say(sub)

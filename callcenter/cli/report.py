@@ -1,0 +1,62 @@
+"""`callcenter report`: how a period went, from the store, as HTML with plots, CSV or JSON."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from pathlib import Path
+
+from callcenter.cli.common import CliError
+
+
+def _until(text: str) -> float:
+    """--to is inclusive: a date means the end of that day."""
+    from callcenter.store.period import moment
+
+    end = moment(text)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text.strip()) or text.strip().lower() in ("today", "yesterday"):
+        end += dt.timedelta(days=1)
+    return end.timestamp()
+
+
+def cmd_report(args) -> int:
+    from callcenter.reports.figures import INTERVALS, report
+    from callcenter.reports.render import as_csv, as_html, as_json
+    from callcenter.store.calls import CallRecords
+    from callcenter.store.db import open_database
+    from callcenter.store.period import moment
+    from callcenter.store.schema import migrate
+    from callcenter.telephony.config import load_server_config
+
+    since = moment(args.from_).timestamp()
+    until = min(_until(args.to), dt.datetime.now().timestamp())  # nothing happened after now
+    if until <= since:
+        raise CliError(f"--to {args.to} is before --from {args.from_}")
+    db = open_database(load_server_config(args.config).store_url())
+    migrate(db)
+    rows = CallRecords(db, "", "").between(since, until)
+    levels = {name: s for name, s in db.execute("SELECT name, service_level_s FROM queues")}
+    rep = report(rows, since, until, INTERVALS[args.interval], levels)
+    text = {"json": as_json, "csv": as_csv, "html": as_html}[args.format](rep)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"{args.out}: {rep['totals']['offered']} calls offered, {len(rows)} calls in all", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_report(sub) -> None:
+    s = sub.add_parser("report", help="how a period went: calls, outcomes, queues, agents, funnels, reply times",
+                       description="A report from the store (every worker, every host). Dates are inclusive, in "
+                                   "the server's time zone, in the grammar of `calls list`.")
+    s.add_argument("--config", required=True, help="the server config whose `store:` to read")
+    s.add_argument("--from", dest="from_", default="today",
+                   help="today, yesterday, 7d, 24h, or an ISO date or time (default today)")
+    s.add_argument("--to", default="today", help="the same grammar, inclusive: a date means its whole day "
+                                                 "(default today)")
+    s.add_argument("--interval", choices=("15m", "1h", "1d"), default="1h", help="one line or bar per (default 1h)")
+    s.add_argument("--format", choices=("html", "csv", "json"), default="html")
+    s.add_argument("--out", default=None, metavar="FILE", help="write here (default: stdout)")
+    s.set_defaults(fn=cmd_report)
