@@ -117,3 +117,24 @@ def test_the_html_report_in_chromium(config, tmp_path):
         finally:
             browser.close()
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_search_finds_a_call_by_what_was_said_and_by_its_summary(config, tmp_path, capsys):
+    db = open_database(StoreUrl.parse(f"sqlite:///{tmp_path / 'callcenter.db'}", tmp_path))
+    events = tmp_path / "c6.jsonl"
+    events.write_text("\n".join(json.dumps(e) for e in (
+        {"kind": "call_start", "t": 0.0}, {"kind": "agent_say", "t": 0.1, "text": "How can I help?"},
+        {"kind": "stt_final", "t": 3.0, "text": "My router keeps dropping the connection"})) + "\n")
+    with db.transaction():
+        db.execute("UPDATE calls SET events=? WHERE call_id='c6'", (str(events),))
+        db.execute("UPDATE calls SET summary='Caller about a broken modem.' WHERE call_id='c0'")
+    assert main(["calls", "search", "Router dropping", "--config", str(config), "--since", "3d",
+                 "--json", str(tmp_path / "found.json")]) == 0
+    out = capsys.readouterr()
+    assert "c6  caller: My router keeps dropping the connection" in out.out and out.err.strip() == "1 calls"
+    assert [c["call_id"] for c in json.loads((tmp_path / "found.json").read_text())["calls"]] == ["c6"]
+    assert main(["calls", "search", "modem", "--config", str(config), "--since", "3d"]) == 0
+    assert "c0" in capsys.readouterr().out
+    assert main(["calls", "search", "router toaster", "--config", str(config), "--since", "3d"]) == 0
+    assert capsys.readouterr().err.strip() == "0 calls"
+    assert main(["calls", "search", "  ", "--config", str(config)]) == 2

@@ -60,3 +60,42 @@ def add_report(sub) -> None:
     s.add_argument("--format", choices=("html", "csv", "json"), default="html")
     s.add_argument("--out", default=None, metavar="FILE", help="write here (default: stdout)")
     s.set_defaults(fn=cmd_report)
+
+
+def cmd_calls_search(args) -> int:
+    """The calls of a period that hold every word of the query: a line each, or JSON."""
+    from callcenter.reports.search import search, words_of
+    from callcenter.store.calls import CallRecords
+    from callcenter.store.db import open_database
+    from callcenter.store.period import period
+    from callcenter.store.schema import migrate
+    from callcenter.telephony.config import load_server_config
+
+    if not words_of(args.query):
+        raise CliError("search for at least one word")
+    since, until = period(args.since, args.until)
+    db = open_database(load_server_config(args.config).store_url())
+    migrate(db)
+    found = search(CallRecords(db, "", "").between(since, until), args.query)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps({"query": args.query, "since": since, "until": until,
+                                               "calls": [f.as_dict() for f in found]}, indent=1) + "\n")
+    for f in found:
+        c = f.call
+        when = dt.datetime.fromtimestamp(c["started"]).strftime("%Y-%m-%d %H:%M")
+        print(f"{when}  {c['outcome'] or 'in progress':<18}  {c['caller_number'] or c['caller'] or '-':<16}  "
+              f"{c['call_id']}  {f.snippet}")
+    print(f"{len(found)} calls", file=sys.stderr)
+    return 0
+
+
+def add_calls_search(calls_sub) -> None:
+    s = calls_sub.add_parser("search", help="past calls whose transcript, summary or fields hold every word")
+    s.add_argument("query", help='the words, e.g. "router broken" (every one must be in the call)')
+    s.add_argument("--config", required=True, help="the server config whose `store:` to read")
+    s.add_argument("--since", default="7d", help="today, yesterday, 7d, 24h, or an ISO date or time (default 7d)")
+    s.add_argument("--until", default=None, help="the same grammar; default now")
+    s.add_argument("--json", default=None, metavar="PATH", help="also write the calls found as JSON")
+    s.set_defaults(fn=cmd_calls_search)
