@@ -249,3 +249,18 @@ def test_the_shipped_campaign_loads_and_fits_its_flow():
     campaign, contacts, dnc = load_campaign(root / "flows/campaigns/december-reminders.yaml")
     flow = load_flow(root / "flows" / f"{campaign.flow}.yaml")
     assert contacts and dnc and all(dial_variables(v, flow) == v for _, _, v in contacts)
+
+
+def test_a_campaign_whose_flow_left_the_server_is_paused_not_burnt(tmp_path, fast):
+    from callcenter.telephony.outbound import DialRefused
+
+    campaign, contacts, numbers = write_campaign(tmp_path, ["+155507000,Europe/Berlin,A", "+155507001,Europe/Berlin,B"])
+    cs = store(tmp_path)
+    cs.create(campaign.name, "c.yaml", campaign.flow, campaign.settings(), contacts, numbers)
+
+    async def no_such_flow(number, flow, variables, caller_id):
+        raise DialRefused("no outbound flow 'reminder'", 404)
+
+    dialer = Dialer(cs, no_such_flow, lambda: 4, "worker-a", lambda call_id: None, clock=lambda: MONDAY_1630_UTC)
+    asyncio.run(run_until(dialer, FakeLine(), lambda: cs.campaign("december")["state"] == "paused"))
+    assert [(c.state, c.attempts, c.result) for c in cs.contacts("december")] == [("pending", 0, None)] * 2

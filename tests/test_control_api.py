@@ -145,6 +145,7 @@ def test_take_over_is_heard_by_a_real_sip_caller(agent, tmp_path, stt):
     assert len(words & {"supervisor", "speaking", "look", "after", "call", "personally"}) >= 3, words
     assert any(row and row[0]["state"] == "taken over" and "caller_db" in row[0]["levels"] for row in tables)
     assert rec["marked"] == "check the greeting" and rec["complete"] and rec["ended_by"] == "agent"
+    assert rec["outcome"] == "ai_completed" and rec["caller"] and rec["direction"] == "inbound"  # from the store
     assert stored[-1]["kind"] == "call_end" and wav_bytes[:4] == b"RIFF"
     # a supervisor's hang-up is never a line gone dead: the caller hears a goodbye first
     hung = next(e["t"] for e in stored if e["kind"] == "supervisor" and e["action"] == "hangup")

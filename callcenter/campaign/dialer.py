@@ -24,7 +24,7 @@ import structlog
 from callcenter.campaign.model import Schedule
 from callcenter.errors import CallcenterError
 from callcenter.store.calls import BUSY, DNC_SKIPPED, FAILED, NO_ANSWER
-from callcenter.store.campaigns import DIALLING, CampaignStore, Contact
+from callcenter.store.campaigns import DIALLING, PAUSED, CampaignStore, Contact
 from callcenter.store.db import StoreError
 
 log = structlog.get_logger()
@@ -178,8 +178,12 @@ class Dialer:
             try:
                 call = await self.dial(contact.number, campaign["flow"], contact.variables, settings.get("caller_id"))
             except CallcenterError as exc:
-                if getattr(exc, "status", None) == 503:  # no free slot after all: not an attempt
+                status = getattr(exc, "status", None)
+                if status in (503, 404):  # no free slot after all, or no such flow here: not an attempt
                     await self._db(self.store.unclaim, contact, attempt)
+                    if status == 404:  # the flow left the server config: stop, never refuse every contact
+                        log.error("campaign_paused", campaign=name, error=str(exc))
+                        await self._db(self.store.set_state, name, PAUSED)
                     return
                 log.warning("campaign_contact_refused", campaign=name, row=contact.row_no, error=str(exc))
                 await self._db(self.store.attempted, contact, attempt, REFUSED, None)

@@ -31,7 +31,8 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
 - `POST /api/agents/{name}/{action}` — `login`, `logout`, `pause {"reason"}`, `resume` (409 while the
   agent rings or talks); sent to consoles as an `agent_state` event.
 - `GET  /api/flows` — the flow being served: name, version, digest, the checker's errors of a rejected edit.
-- `GET  /api/recordings[?limit=N]`, `GET /api/recordings/{day}/{name}` (events),
+- `GET  /api/recordings[?limit=N]` (each with its caller, outcome and summary from the store),
+  `GET /api/recordings/{day}/{name}` (events),
   `GET /api/recordings/{day}/{name}.wav` — past calls.
 
 A slow or stuck client never holds a call up: each WebSocket has a bounded queue and loses its
@@ -459,7 +460,24 @@ class ControlApi:
             return web.json_response({"error": "limit must be a number"}, status=400)
         files = [p for p in self.recordings.glob("*/*.jsonl") if not p.is_symlink() and not p.parent.is_symlink()]
         files = sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
-        return web.json_response({"recordings": [recording_summary(p) for p in files]})
+        found = [recording_summary(p) for p in files]
+        await asyncio.get_running_loop().run_in_executor(None, self._with_rows, found)
+        return web.json_response({"recordings": found})
+
+    def _with_rows(self, recordings: list[dict[str, Any]]) -> None:
+        """Each recording's caller number, direction and outcome, from its call's row in the store
+        (left out where the store does not answer: the list is still worth showing)."""
+        from callcenter.store.calls import CallRecords
+        from callcenter.store.db import StoreError
+
+        calls = CallRecords(self.agent.store, "", "")
+        for rec in recordings:
+            try:
+                row = calls.get(rec["call_id"]) or {}
+            except StoreError:
+                return
+            rec.update(caller=row.get("caller_number") or row.get("caller") or "", outcome=row.get("outcome"),
+                       direction=row.get("direction"), summary=row.get("summary"))
 
     async def _recording(self, request: web.Request) -> web.StreamResponse:
         day, name = request.match_info["day"], request.match_info["name"]

@@ -241,7 +241,7 @@ class RecordingsScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one("#recordings", DataTable)
-        table.add_columns("started", "flow", "length", "ended by", "marked")
+        table.add_columns("started", "caller", "flow", "length", "outcome", "marked")
         self.rows: dict[str, tuple] = {}
         self.action_refresh()
 
@@ -260,8 +260,8 @@ class RecordingsScreen(Screen):
                 key = f"{server.url}|{rec['day']}|{rec['name']}"
                 self.rows[key] = (server, rec)
                 started = dt.datetime.fromtimestamp(rec["started"]).strftime("%m-%d %H:%M:%S") if rec["started"] else "?"
-                table.add_row(started, rec.get("flow") or "", f"{rec['duration_s']:.0f} s", rec.get("ended_by") or "—",
-                              rec.get("marked") or "", key=key)
+                table.add_row(started, rec.get("caller") or "", rec.get("flow") or "", f"{rec['duration_s']:.0f} s",
+                              rec.get("outcome") or rec.get("ended_by") or "—", rec.get("marked") or "", key=key)
 
     @on(DataTable.RowHighlighted, "#recordings")
     async def _show(self, event: DataTable.RowHighlighted) -> None:
@@ -284,19 +284,22 @@ class RecordingsScreen(Screen):
         key = list(self.rows)[table.cursor_row]
         server, rec = self.rows[key]
         player = shutil.which("play") or shutil.which("aplay")
-        if not rec.get("wav") or not player:
-            self.notify("no WAV for this call" if not rec.get("wav") else "no audio player (sox play / aplay)",
-                        severity="warning")
+        if not rec.get("wav"):
+            self.notify("no WAV for this call", severity="warning")
             return
         data = await server.get(f"/api/recordings/{rec['day']}/{rec['wav']}")
         path = Path(tempfile.mkdtemp()) / rec["wav"]
         path.write_bytes(data)
+        if not player:
+            self.notify(f"no audio player here (sox play / aplay); the recording is saved at {path}",
+                        severity="warning", timeout=30)
+            return
         proc = await asyncio.create_subprocess_exec(player, "-q", str(path), stdout=subprocess.DEVNULL,
                                                     stderr=subprocess.PIPE)
         _, err = await proc.communicate()
-        if proc.returncode:
-            self.notify(f"cannot play here (no audio device?): {err.decode(errors='replace')[-120:]}",
-                        severity="warning")
+        if proc.returncode:  # a console machine without an audio device: the file is still the user's
+            self.notify(f"cannot play here (no audio device?); the recording is saved at {path}: "
+                        f"{err.decode(errors='replace')[-80:]}", severity="warning", timeout=30)
 
 
 class FlowsScreen(Screen):
