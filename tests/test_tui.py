@@ -535,3 +535,33 @@ def test_the_campaigns_panel_counts_each_campaigns_calls():
 
 def test_campaigns_screen_120x36(snap_compare):
     assert snap_compare(offline_app(), terminal_size=(120, 36), run_before=show_campaigns)
+
+
+def test_the_recordings_screen_shows_caller_and_outcome_and_a_voicemail_inbox():
+    def rec(name: str, outcome: str, caller: str) -> tuple:
+        return (f"http://127.0.0.1:9|2026-12-02|{name}", None,
+                {"day": "2026-12-02", "name": name, "call_id": name, "flow": "after_hours", "started": 1796250000.0,
+                 "duration_s": 42.0, "ended_by": "agent", "outcome": outcome, "caller": caller, "marked": None,
+                 "wav": None})
+
+    async def main():
+        app = offline_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("R")
+            await pilot.pause()
+            screen = app.screen
+            screen.show([rec("sip-1", "voicemail", "4155550100"), rec("sip-2", "ai_completed", "4155550101"),
+                         rec("sip-3", "voicemail", "4155550102")])
+            await pilot.pause()
+            table = screen.query_one("#recordings")
+            assert table.row_count == 3 and [str(c) for c in table.get_row_at(1)][1:5] == [
+                "4155550101", "after_hours", "42 s", "ai_completed"]
+            await pilot.press("v")
+            await pilot.pause()
+            assert table.row_count == 2 and table.border_title == "voicemail inbox"
+            assert {str(table.get_row_at(i)[1]) for i in range(2)} == {"4155550100", "4155550102"}
+            await pilot.press("v")
+            await pilot.pause()
+            assert table.row_count == 3
+
+    asyncio.run(main())

@@ -190,7 +190,8 @@ KEYS_HELP = """Calls (the selected one)
   h  hang up (asks first; the caller hears a goodbye)
   l  listen   w  whisper   b  barge in (your phone is called)   x  leave
 Screens
-  R  recordings    F  flows    Q  queues and agents    C  campaigns    ?  this help
+  R  recordings (v: the voicemail inbox)    F  flows    Q  queues and agents    C  campaigns
+  ?  this help
   ctrl+p  the command palette (every action by name)    q  quit (asks first)
 Every screen: Esc or b goes back."""
 
@@ -230,8 +231,10 @@ class PickTarget(ModalScreen[tuple[str, str] | None]):
 
 
 class RecordingsScreen(Screen):
+    """Past calls, newest first, with their caller and outcome; `v` keeps the voicemails only (the
+    voicemail inbox)."""
     BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("p", "play", "Play WAV"),
-                Binding("r", "refresh", "Refresh")]
+                Binding("v", "voicemails", "Voicemails"), Binding("r", "refresh", "Refresh")]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -242,26 +245,43 @@ class RecordingsScreen(Screen):
     def on_mount(self) -> None:
         table = self.query_one("#recordings", DataTable)
         table.add_columns("started", "caller", "flow", "length", "outcome", "marked")
+        table.border_title = "recordings"
         self.rows: dict[str, tuple] = {}
+        self.found: list[tuple[str, Any, dict]] = []  # (key, server, recording) from every server
+        self.voicemails_only = False
         self.action_refresh()
 
     @work(exclusive=True)
     async def action_refresh(self) -> None:
-        table = self.query_one("#recordings", DataTable)
-        table.clear()
-        self.rows = {}
+        found = []
         for server in self.app.servers:
             try:
                 recs = (await server.get("/api/recordings?limit=200"))["recordings"]
             except Exception as exc:
                 self.notify(f"{server.url}: {exc}", severity="error")
                 continue
-            for rec in recs:
-                key = f"{server.url}|{rec['day']}|{rec['name']}"
-                self.rows[key] = (server, rec)
-                started = dt.datetime.fromtimestamp(rec["started"]).strftime("%m-%d %H:%M:%S") if rec["started"] else "?"
-                table.add_row(started, rec.get("caller") or "", rec.get("flow") or "", f"{rec['duration_s']:.0f} s",
-                              rec.get("outcome") or rec.get("ended_by") or "—", rec.get("marked") or "", key=key)
+            found += [(f"{server.url}|{rec['day']}|{rec['name']}", server, rec) for rec in recs]
+        self.show(found)
+
+    def show(self, found: list[tuple[str, Any, dict]]) -> None:
+        self.found = found
+        table = self.query_one("#recordings", DataTable)
+        table.clear()
+        self.rows = {}
+        for key, server, rec in found:
+            if self.voicemails_only and rec.get("outcome") != "voicemail":
+                continue
+            self.rows[key] = (server, rec)
+            started = dt.datetime.fromtimestamp(rec["started"]).strftime("%m-%d %H:%M:%S") if rec["started"] else "?"
+            table.add_row(started, rec.get("caller") or "", rec.get("flow") or "", f"{rec['duration_s']:.0f} s",
+                          rec.get("outcome") or rec.get("ended_by") or "—", rec.get("marked") or "", key=key)
+
+    def action_voicemails(self) -> None:
+        """The voicemail inbox: only the calls that left a message (again: every call)."""
+        self.voicemails_only = not self.voicemails_only
+        self.query_one("#recordings", DataTable).border_title = \
+            "voicemail inbox" if self.voicemails_only else "recordings"
+        self.show(self.found)
 
     @on(DataTable.RowHighlighted, "#recordings")
     async def _show(self, event: DataTable.RowHighlighted) -> None:
@@ -281,7 +301,7 @@ class RecordingsScreen(Screen):
         table = self.query_one("#recordings", DataTable)
         if table.cursor_row is None or not self.rows:
             return
-        key = list(self.rows)[table.cursor_row]
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         server, rec = self.rows[key]
         player = shutil.which("play") or shutil.which("aplay")
         if not rec.get("wav"):
