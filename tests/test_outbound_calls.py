@@ -60,11 +60,12 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
     agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
                          token=TOKEN, extra_config=outbound_config("'sip:dana@127.0.0.1:*'") + after_call,
                          env={"CALLCENTER_WEBHOOK_SECRET": "hook-secret"}).start()
-    # the prompt takes about 7 s: Dana answers after it (an answer over it is a barge-in, heard all the same)
-    (tmp_path / "mic").mkdir()
-    mic = scripted_caller(["Yes, I can make it."], tmp_path / "mic", lead_s=9.0, gap_s=0.0, tail_s=8.0)
-    phone = Softphone(tmp_path / "dana", mic, user="dana", port=free_udp_port()).start()
+    phone = None
     try:
+        # the prompt takes about 7 s: Dana answers after it (an answer over it is a barge-in, heard all the same)
+        (tmp_path / "mic").mkdir()
+        mic = scripted_caller(["Yes, I can make it."], tmp_path / "mic", lead_s=9.0, gap_s=0.0, tail_s=8.0)
+        phone = Softphone(tmp_path / "dana", mic, user="dana", port=free_udp_port()).start()
         run = subprocess.run([sys.executable, "-m", "callcenter.cli", "dial", phone.uri, "--flow", "reminder",
                               "--var", "name=Dana", "--var", "day=Monday", "--var", "at=10 am",
                               "--connect", agent.control_url, "--wait", "--timeout", "60"],
@@ -73,7 +74,8 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
         heard = phone.received_wav()
         assert wait_for(lambda: hook.got, 15), agent.log()[-3000:]  # the webhook, after the call
     finally:
-        phone.close()
+        if phone is not None:
+            phone.close()
         agent.stop()
         hook.close()
     assert run.returncode == 0, (run.stdout, run.stderr, agent.log()[-3000:])
