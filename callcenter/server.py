@@ -138,7 +138,7 @@ class CallServer:
         """The flows a dial may run, by name, each watched for edits like the inbound flow."""
         out = self.config.outbound
         for name in (out.flows if out is not None else {}):
-            library = FlowLibrary(self.config.outbound_flow(name), prepare=lambda new: Ambience(new.ambience))
+            library = FlowLibrary(self.config.outbound_flow(name), prepare=render_line_noise)
             check_queues(library.current, self.config)
             self.outbound_flows[name] = library
 
@@ -368,6 +368,11 @@ class CallServer:
                     await loop.run_in_executor(None, self.registry.forget)
 
 
+def render_line_noise(flow) -> None:
+    """A flow version's line noise, rendered when it loads, not while its first caller waits."""
+    Ambience(flow.ambience)
+
+
 def check_queues(flow, config: ServerConfig) -> None:
     """A flow's queues against the server's contact center, at start: a queue of human agents
     without a contact center is refused (it would fail only when a caller reached it), and an agent
@@ -403,7 +408,7 @@ def _version() -> str:
 def serve(config_path: str, flow_path: str, stt_model: str | None = None) -> int:
     config = load_server_config(config_path)
     limit_arenas(config.malloc_arenas)  # before the models' and media threads allocate
-    flows = FlowLibrary(flow_path, prepare=lambda new: Ambience(new.ambience))  # a new version's line noise
+    flows = FlowLibrary(flow_path, prepare=render_line_noise)
     flow = flows.current
     make_private(config.recordings)  # 700 folders, 600 files, also for those of older versions
     fixed = repair_recordings(config.recordings)

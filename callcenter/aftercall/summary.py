@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callcenter.call import events as ev
+from callcenter.store.calls import ABANDONED
 
 PERSON = re.compile(r"\b(a |an |the )?(person|human|agent|operator|representative|someone real)\b", re.I)
 ASKED_FOR_A_PERSON = 2  # times a caller asks for a person before it is a category
@@ -65,7 +66,7 @@ def summarise(row: dict[str, Any], events: list[dict[str, Any]]) -> CallSummary:
         categories.append(f"intent:{intent}")
     troubled = {"asked_for_a_person", "over_talk", "not_understood", "technical_trouble"} & set(categories)
     outcome = row.get("outcome") or ""
-    sentiment = "negative" if len(troubled) >= 2 or (troubled and outcome in ("caller_hung_up", "queue_abandoned")) \
+    sentiment = "negative" if len(troubled) >= 2 or (troubled and outcome in ABANDONED) \
         else "positive" if outcome in ("ai_completed", "queue_answered", "transferred") and not troubled else "neutral"
     return CallSummary(_sentence(row, heard), categories, sentiment)
 

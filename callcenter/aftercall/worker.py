@@ -5,12 +5,10 @@ store, so live calls never wait on it; the webhook's retries wait on the network
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -87,12 +85,3 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
     except (OSError, AttributeError):
         pass
-
-
-def events_of(path: str | Path | None) -> list[dict[str, Any]]:
-    if not path:
-        return []
-    try:
-        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []

@@ -32,7 +32,6 @@ class CallState(StrEnum):
     ENDED = "ended"
 
 
-FLOW_ACTIVITY = frozenset({CallState.LISTENING, CallState.WORKING, CallState.TALKING})
 SUPERVISED = frozenset({CallState.TAKEN_OVER, CallState.PAUSED})
 UNDER_HOLD = frozenset({CallState.TRANSFERRING, CallState.QUEUED, CallState.VOICEMAIL})  # run under a hold
 

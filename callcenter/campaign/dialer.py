@@ -16,14 +16,14 @@ import asyncio
 import datetime as dt
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import structlog
 
 from callcenter.campaign.model import Schedule
 from callcenter.errors import CallcenterError
-from callcenter.store.calls import BUSY, DNC_SKIPPED, FAILED, NO_ANSWER
+from callcenter.store.calls import DNC_SKIPPED, FAILED, UNANSWERED
 from callcenter.store.campaigns import DIALLING, PAUSED, CampaignStore, Contact
 from callcenter.store.db import StoreError
 
@@ -34,7 +34,7 @@ LEASE_S = 6.0  # a dialer silent this long loses the lease to another worker's
 TICK_S = 0.5
 UNFINISHED_GRACE_S = 30.0  # an attempt left `dialling` by a dead dialer: its call gets this long to end
 NOW_ENV = "CALLCENTER_NOW"  # e.g. 2026-12-07T16:30:00+00:00: the campaign clock starts there
-RETRIED = (NO_ANSWER, BUSY, FAILED)  # results that are tried again while attempts remain
+RETRIED = UNANSWERED  # results that are tried again while attempts remain
 REFUSED = "refused"  # the server would not dial the contact (not allowed, bad variables): final
 
 
@@ -59,16 +59,14 @@ class Attempt:
 
 @dataclass
 class Pacing:
+    """At most `per_second` new calls a second: each at least 1/per_second after the one before."""
     per_second: float
-    last: float = 0.0
-    sent: list[float] = field(default_factory=list)
+    last: float = float("-inf")
 
     def may_dial(self, now: float) -> bool:
-        self.sent = [t for t in self.sent if now - t < 1.0]
-        return len(self.sent) < max(1, int(self.per_second)) and now - self.last >= 1.0 / self.per_second
+        return now - self.last >= 1.0 / self.per_second
 
     def dialled(self, now: float) -> None:
-        self.sent.append(now)
         self.last = now
 
 

@@ -26,12 +26,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from callcenter.text.phone import phone_number
 from callcenter.yamlfile import UserFileError, load_model
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 CAMPAIGN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
-NUMBER = re.compile(r"^\+?[0-9]{3,20}$")
 MAX_CONTACTS = 100_000
 CONTACT_COLUMNS = ("number", "timezone")
 
@@ -138,9 +138,9 @@ def load_contacts(path: Path) -> list[tuple[str, str, dict[str, str]]]:
         if len(row) != len(head):
             problems.append(f"{path}:{n}:1: {len(row)} fields, the header has {len(head)}")
             continue
-        number = row[0].strip().replace(" ", "").replace("-", "")
+        number = phone_number(row[0])
         zone = row[1].strip()
-        if not NUMBER.fullmatch(number):
+        if number is None:
             problems.append(f"{path}:{n}:{_col(lines[n - 1], 0)}: {row[0]!r} is not a phone number (+14155550100)")
         try:
             ZoneInfo(zone)
@@ -162,10 +162,11 @@ def load_numbers(path: Path) -> list[str]:
         raise UserFileError([f"{path}: cannot read the do-not-call list: {exc}"]) from None
     out, problems = [], []
     for n, line in enumerate(lines, 1):
-        number = line.split("#", 1)[0].strip().replace(" ", "").replace("-", "")
-        if not number:
+        written = line.split("#", 1)[0].strip()
+        if not written:
             continue
-        if not NUMBER.fullmatch(number):
+        number = phone_number(written)
+        if number is None:
             problems.append(f"{path}:{n}:1: {line.strip()!r} is not a phone number")
         out.append(number)
     if problems:

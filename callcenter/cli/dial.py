@@ -11,7 +11,6 @@ from pathlib import Path
 from callcenter.cli.common import CliError
 
 WAIT_POLL_S = 0.5
-UNANSWERED = ("no_answer", "busy", "failed")
 
 
 def _server(args) -> tuple[str, str]:
@@ -67,6 +66,8 @@ def cmd_dial(args) -> int:
         time.sleep(WAIT_POLL_S)
         state = request(f"{url}/api/dial/{urllib.parse.quote(call_id)}", token)
     print(json.dumps(state), flush=True)
+    from callcenter.store.calls import UNANSWERED
+
     return 1 if state.get("outcome") in UNANSWERED else 0
 
 

@@ -17,9 +17,10 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
+from callcenter.store.calls import ABANDONED
+
 CONTAINED = ("ai_completed",)
 TRANSFERRED = ("transferred", "queue_answered")
-ABANDONED = ("caller_hung_up", "queue_abandoned")
 SERVICE_LEVEL_S = 20.0
 INTERVALS = {"15m": 900, "1h": 3600, "1d": 86400}
 TOP = 10

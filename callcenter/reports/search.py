@@ -10,10 +10,8 @@ transcripts are searched through their rows' summaries only."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from callcenter.call import events as ev
@@ -39,21 +37,12 @@ def transcript(path: str | None) -> list[str]:
     """`caller: ...` and `agent: ...` lines of a call, from its events file (none if unreadable)."""
     if not path:
         return []
-    lines = []
     try:
-        with open(Path(path), encoding="utf-8", errors="replace") as f:
-            for raw in f:
-                try:
-                    e = json.loads(raw)
-                except ValueError:
-                    continue
-                if e.get("kind") == ev.STT_FINAL and e.get("text"):
-                    lines.append(f"caller: {e['text']}")
-                elif e.get("kind") == ev.AGENT_SAY and e.get("text"):
-                    lines.append(f"agent: {e['text']}")
-    except OSError:
+        events = ev.read_events(path)
+    except (OSError, UnicodeDecodeError):
         return []
-    return lines
+    who = {ev.STT_FINAL: "caller", ev.AGENT_SAY: "agent"}
+    return [f"{who[e['kind']]}: {e['text']}" for e in events if e.get("kind") in who and e.get("text")]
 
 
 def search(rows: list[dict[str, Any]], query: str) -> list[Found]:

@@ -43,6 +43,9 @@ MACHINE = "machine"
 NO_ANSWER = "no_answer"
 BUSY = "busy"
 DNC_SKIPPED = "dnc_skipped"
+# groups of outcomes several readers share (reports, summaries, the dialer)
+ABANDONED = (CALLER_HUNG_UP, QUEUE_ABANDONED)  # the caller hung up first, outside a queue or in one
+UNANSWERED = (NO_ANSWER, BUSY, FAILED)  # a dialled call nobody took: tried again while attempts remain
 OUTCOMES = (AI_COMPLETED, TRANSFERRED, QUEUE_ANSWERED, QUEUE_ABANDONED, QUEUE_TIMEOUT, CALLBACK_REQUESTED,
             VOICEMAIL, CALLER_HUNG_UP, FAILED, WORKER_LOST, MACHINE, NO_ANSWER, BUSY, DNC_SKIPPED)
 

@@ -41,6 +41,7 @@ class Contact:
     updated: float
 
 
+CAMPAIGN_KEYS = ("name", "file", "flow", "state", "settings", "created", "updated")
 CONTACT_COLUMNS = "campaign, row_no, number, timezone, variables, attempts, next_at, state, result, call_id, updated"
 
 
@@ -71,19 +72,19 @@ class CampaignStore:
                 self._add_do_not_call(number, f"campaign {name}")
 
     def campaign(self, name: str) -> dict[str, Any]:
-        rows = self.db.execute("SELECT name, file, flow, state, settings, created, updated FROM campaigns "
-                               "WHERE name=?", (name,))
-        if not rows:
+        found = self._campaigns("name=?", (name,))
+        if not found:
             raise CampaignStoreError(f"no campaign {name!r}")
-        keys = ("name", "file", "flow", "state", "settings", "created", "updated")
-        out = dict(zip(keys, rows[0]))
-        out["settings"] = json.loads(out["settings"])
-        return out
+        return found[0]
 
     def running(self) -> list[dict[str, Any]]:
-        names = [n for (n,) in self.db.execute("SELECT name FROM campaigns WHERE state=? ORDER BY created",
-                                               (RUNNING,))]
-        return [self.campaign(n) for n in names]
+        return self._campaigns("state=?", (RUNNING,))
+
+    def _campaigns(self, where: str, args: tuple) -> list[dict[str, Any]]:
+        rows = self.db.execute(f"SELECT {', '.join(CAMPAIGN_KEYS)} FROM campaigns WHERE {where} ORDER BY created",
+                               args)
+        return [{**dict(zip(CAMPAIGN_KEYS, r)), "settings": json.loads(r[CAMPAIGN_KEYS.index("settings")])}
+                for r in rows]
 
     def set_state(self, name: str, state: str) -> None:
         if state not in CAMPAIGN_STATES:

@@ -23,8 +23,8 @@ from callcenter.telephony.config import Outbound
 from callcenter.telephony.live_call import LiveCall, Switchboard, new_call_id
 from callcenter.telephony.sip import CallInfo, SipError
 from callcenter.telephony.sip_call import SipLiveCall
+from callcenter.text.phone import phone_number
 
-NUMBER = re.compile(r"^\+?[0-9]{3,20}$")
 DIAL_URI = re.compile(r"^sips?:[A-Za-z0-9_.!~*'()&=+$,;?/%\-]+@[A-Za-z0-9.\-\[\]:]+$")
 MAX_VARIABLES = 50
 MAX_VALUE_CHARS = 500
@@ -46,8 +46,9 @@ class DialRefused(CallcenterError, ValueError):
 def destination(to: str, outbound: Outbound, registrar_domain: str | None = None) -> str:
     """The SIP URI to dial for `to` (a number or a SIP URI), if the config allows it."""
     to = to.strip()
-    if NUMBER.fullmatch(to.replace(" ", "").replace("-", "")):
-        to = to.replace(" ", "").replace("-", "")
+    number = phone_number(to)
+    if number is not None:
+        to = number
         trunk = outbound.trunk or registrar_domain
         if not trunk:
             raise DialRefused(f"{to}: a number needs outbound.trunk (or a registration) to be sent to")
@@ -102,7 +103,7 @@ class OutboundSipCall(SipLiveCall):
 
     def __init__(self, agent: Switchboard, uri: str, to: str, library, variables: dict[str, str],
                  outbound: Outbound, caller_id: str | None = None):
-        number = to if NUMBER.fullmatch(to) else ""
+        number = phone_number(to) or ""
         LiveCall.__init__(self, agent, new_call_id("out"), uri,
                           {"caller": uri, "caller_number": number, "direction": "outbound", **variables},
                           library=library)

@@ -1,1 +1,1 @@
-"""Text grammars shared by hearing and dialog (spoken digit strings)."""
+"""Text grammars shared by hearing and dialog (spoken digit strings), and phone numbers as written."""
