@@ -20,7 +20,9 @@ from callcenter.call.call_row import Outbox
 from callcenter.call.recording import make_private, repair_recordings
 from callcenter.call.retention import DAY_S, purge_recordings
 from callcenter.call.session import HOLD_ON_TEXT
+from callcenter.campaign.callbacks import CallbackDialer
 from callcenter.campaign.dialer import Dialer
+from callcenter.dialog.callback import callback_flow
 from callcenter.dialog.flow import spoken_prompts
 from callcenter.dialog.library import FlowLibrary
 from callcenter.dialog.services import FlowServices
@@ -30,6 +32,7 @@ from callcenter.hearing.stt import WhisperStt
 from callcenter.hearing.vad import SileroVad
 from callcenter.memory import MemoryKeeper, freeze_startup_objects, limit_arenas
 from callcenter.store.adopt import adopt_legacy_store
+from callcenter.store.callbacks import CallbackStore
 from callcenter.store.calls import CallRecords
 from callcenter.store.campaigns import CampaignStore
 from callcenter.store.db import open_database
@@ -38,7 +41,7 @@ from callcenter.store.schema import migrate
 from callcenter.store.workers import WorkerRegistry
 from callcenter.telephony.config import ServerConfig, load_server_config
 from callcenter.telephony.live_call import LiveCall
-from callcenter.telephony.outbound import DialRefused, OutboundSipCall, destination, dial_variables
+from callcenter.telephony.outbound import DialRefused, OneFlow, OutboundSipCall, destination, dial_variables
 from callcenter.telephony.sip import (
     SIP_OK,
     CallInfo,
@@ -153,9 +156,27 @@ class CallServer:
         if library is None:
             raise DialRefused(f"no outbound flow {flow_name!r}; the config's outbound.flows has: "
                               f"{', '.join(sorted(self.outbound_flows)) or 'none'}", 404)
+        return await self._place(to, library, dial_variables(variables or {}, library.current), caller_id)
+
+    async def dial_callback(self, number: str, flow_name: str, queue: str) -> OutboundSipCall:
+        """Call back a caller who asked for it in `queue` of flow `flow_name` (the inbound flow or an
+        outbound one): the queue's intro, then its place in the queue (DialRefused as `dial`)."""
+        if self.config.outbound is None:
+            raise DialRefused("this server places no calls: its config has no outbound: section", 403)
+        libraries = [self.flows, *self.outbound_flows.values()]
+        flow = next((lib.current for lib in libraries if lib.current.name == flow_name), None)
+        if flow is None:
+            raise DialRefused(f"no flow {flow_name!r} on this server to call back from", 404)
+        try:
+            library = OneFlow(callback_flow(flow, queue))
+        except KeyError as exc:
+            raise DialRefused(f"flow {flow_name!r}: {exc}", 404) from None
+        return await self._place(number, library, {}, None)
+
+    async def _place(self, to: str, library, given: dict, caller_id: str | None) -> OutboundSipCall:
+        out = self.config.outbound
         reg = self.config.registration
         uri = destination(str(to), out, (reg.domain or reg.registrar.split(":", 1)[1]) if reg else None)
-        given = dial_variables(variables or {}, library.current)
         dialled_now = sum(1 for lc in self.live.values() if lc.direction == "outbound" and not lc.ended)
         if out.max_calls is not None and dialled_now >= out.max_calls:
             raise DialRefused(f"{dialled_now} dialled calls already (outbound.max_calls)", 503)
@@ -317,7 +338,10 @@ class CallServer:
         background.append(asyncio.create_task(self.outbox.keep_retrying()))
         background.append(asyncio.create_task(self.post_call.run()))
         if self.config.outbound is not None:  # the fleet's campaign dialer, on whichever worker holds its lease
-            dialer = Dialer(CampaignStore(self.store), self.dial, self.free_slots, self.registry.worker, self.calls.get)
+            callbacks = CallbackDialer(CallbackStore(self.store), self.dial_callback, self.free_slots, self.calls.get) \
+                if self.queues is not None else None
+            dialer = Dialer(CampaignStore(self.store), self.dial, self.free_slots, self.registry.worker, self.calls.get,
+                            callbacks=callbacks)
             background.append(asyncio.create_task(dialer.run()))
         if self.config.retention_days:
             background.append(asyncio.create_task(self.keep_recordings(self.config.retention_days)))

@@ -104,3 +104,57 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
     sent = json.loads(body)
     assert sent["call_id"] == call_id and sent["outcome"] == "ai_completed" and sent["summary"] == rows[0]["summary"]
     assert headers["X-Callcenter-Signature"] == signature("hook-secret", headers["X-Callcenter-Timestamp"], body)
+
+
+def test_a_dialled_answering_machine_gets_the_message_after_its_beep(tmp_path, stt):
+    """A real baresip phone answers as a voicemail machine: a long greeting, a beep, then it records
+    what it hears. The agent never talks to the greeting, leaves the flow's message after the beep,
+    and the row says `machine`."""
+    import numpy as np
+
+    from callcenter.audio.frames import SAMPLE_RATE, float_to_pcm, pcm_to_float
+    from callcenter.audio.wavfile import write_wav
+    from callcenter.lab.amd_set import tone
+    from callcenter.voice.flite import flite_voice
+
+    agent = AgentProcess(tmp_path / "agent", free_udp_port(), rtp_base(), FLOW, control_port=free_tcp_port(),
+                         token=TOKEN, extra_config=outbound_config("'sip:machine@127.0.0.1:*'")).start()
+    phone = None
+    try:
+        greeting = pcm_to_float(read_wav(flite_voice(
+            "Hi, you have reached the voicemail of Dana Smith. I can't come to the phone right now. "
+            "Please leave your name and number after the tone.", tmp_path / "greeting.wav", "slt")))
+        beep_end = 0.4 + len(greeting) / SAMPLE_RATE + 0.5 + 0.5
+        mic = tmp_path / "machine.wav"
+        write_wav(mic, float_to_pcm(np.concatenate([np.zeros(int(0.4 * SAMPLE_RATE)), greeting * 0.5,
+                                                    np.zeros(int(0.5 * SAMPLE_RATE)), tone(1000.0, 0.5),
+                                                    np.zeros(int(16 * SAMPLE_RATE))])))
+        phone = Softphone(tmp_path / "machine", mic, user="machine", port=free_udp_port()).start()
+        run = subprocess.run([sys.executable, "-m", "callcenter.cli", "dial", phone.uri, "--flow", "reminder",
+                              "--var", "name=Dana", "--var", "day=Monday", "--var", "at=10 am",
+                              "--connect", agent.control_url, "--wait", "--timeout", "60"],
+                             capture_output=True, text=True, timeout=90, env=dict(os.environ, CALLCENTER_TOKEN=TOKEN))
+        assert phone.wait_ended(10), phone.log()
+        heard = read_wav(phone.received_wav())
+    finally:
+        if phone is not None:
+            phone.close()
+        agent.stop()
+    call_id = run.stdout.split("\n")[0]
+    result = json.loads(run.stdout.strip().split("\n")[-1])
+    assert result["outcome"] == "machine", (run.stdout, run.stderr, agent.log()[-3000:])
+    events = [json.loads(line) for path in agent.calls() if path.stem == call_id
+              for line in path.read_text().splitlines()]
+    amd = [e for e in events if e["kind"] == "amd"]
+    decided = [e for e in amd if e["what"] == "decided"]
+    assert decided and decided[-1]["decision"] == "machine", amd
+    assert any(e["what"] == "beep" for e in amd) and any(e["what"] == "message" and e["after"] == "beep" for e in amd)
+    # what the machine recorded after its beep: the message, and nothing of it before
+    cut = int(beep_end * SAMPLE_RATE) * 2
+    after = stt.transcribe_pcm(heard[cut:]).text.lower()
+    assert "example dental" in after and "reminder" in after and "call us back" in after, after
+    before = heard[:cut]
+    loud = np.abs(pcm_to_float(before)) > 0.02
+    assert loud.mean() < 0.2, "the agent talked over most of the greeting"
+    rows = [c for c in CallRecords(open_database(agent.store), "", "").between(0, 2**40) if c["call_id"] == call_id]
+    assert rows and rows[0]["outcome"] == "machine" and rows[0]["answered"]

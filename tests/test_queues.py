@@ -296,3 +296,59 @@ def test_a_phone_that_turns_calls_down_at_once_is_not_rung_again_for_a_while(sto
     clock.t += RETRY_S + 0.1
     s.heartbeat()
     assert [a.name for a in s.claim("c1").agents] == ["alice"]
+
+
+def test_a_callback_keeps_its_place_and_is_dialled_when_an_agent_frees_up(store_url):
+    from callcenter.store.callbacks import DONE, FAILED_FOR_GOOD, WAITING, CallbackStore
+    from callcenter.store.campaigns import CampaignStore
+
+    clock = Clock()
+    s = store(store_url, clock=clock, agents=(("alice", ()),))
+    s.define_queue("sales", ["alice"], [], "longest_idle", 20)
+    s.set_agent_state("alice", "pause", "meeting")
+    callbacks = CallbackStore(s.db, clock=clock)
+    CampaignStore(s.db, clock=clock).take_lease("dialer", "w1", 60)  # the fleet's dialer is alive
+    s.join("c1", "sales")
+    clock.t += 1
+    s.join("c2", "sales")
+    clock.t += 1
+    s.leave("c1", "callback", ("+14155550199", "support", 2, 120.0))  # c1 pressed the callback key
+    assert s.position("c2") == (2, 2), "the callback holds c1's place ahead of c2"
+    assert callbacks.due() == [], "no agent is free yet"
+    s.set_agent_state("alice", "resume")
+    assert s.claim("c2") is None, "the free agent is the callback's"
+    [cb] = callbacks.due()
+    assert (cb.number, cb.flow, cb.queue, cb.state) == ("+14155550199", "support", "sales", WAITING)
+    assert callbacks.claim(cb) == 1 and callbacks.claim(cb) is None  # one attempt, counted once
+    assert s.claim("c2") is None, "still theirs while we dial"
+    callbacks.placed(cb, "out-1")
+    s.join("out-1", "sales")  # they answered: the call joins at c1's old place
+    assert s.position("out-1") == (1, 2) and s.position("c2") == (2, 2)
+    assert [a.name for a in s.claim("out-1").agents] == ["alice"]
+    assert s.snapshot()[0][0].callbacks_pending == 1
+    assert callbacks.finished("c1", "queue_answered") == DONE
+    assert s.snapshot()[0][0].callbacks_pending == 0
+
+    # unanswered: tried again after retry_s, until the attempts run out
+    s.leave("c2", "abandoned")
+    s.join("c3", "sales")
+    s.leave("c3", "callback", ("+14155550100", "support", 2, 120.0))
+    s.ring_ended("out-1", "alice", ["alice"])
+    s.agent_call_ended("alice", "sales", 0, 30)
+    [cb] = callbacks.due()
+    callbacks.claim(cb)
+    assert callbacks.finished("c3", "no_answer") == WAITING and callbacks.due() == []
+    clock.t += 121
+    [cb] = callbacks.due()
+    callbacks.claim(cb)
+    assert callbacks.finished("c3", "busy") == FAILED_FOR_GOOD and callbacks.get("c3").result == "busy"
+
+
+def test_a_callback_does_not_hold_the_queue_when_no_dialer_is_alive(store_url):
+    clock = Clock()
+    s = store(store_url, clock=clock, agents=(("alice", ()),))
+    s.define_queue("sales", ["alice"], [], "longest_idle", 20)
+    s.join("c1", "sales")
+    s.join("c2", "sales")
+    s.leave("c1", "callback", ("+14155550199", "support", 3, 300.0))
+    assert [a.name for a in s.claim("c2").agents] == ["alice"], "nobody would call c1 back: c2 is not held up"

@@ -48,6 +48,7 @@ STAGES = (
     "callcenter.hearing.dtmf:InbandDtmf",
     "callcenter.hearing.front:LineFront",
     "callcenter.hearing.turns:TurnDetector",
+    "callcenter.hearing.amd:AnsweringMachineDetector",
     "callcenter.hearing.listener:Listener",
     "callcenter.voice.ambience:Ambience",
 )

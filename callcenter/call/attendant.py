@@ -179,8 +179,9 @@ class QueueWait:
         if not self.result.done():
             self.result.set_result(result)
 
-    def leave(self, kind: str) -> None:
-        """The caller leaves unanswered: `timeout`, `callback`, or `abandoned` (hung up)."""
+    def leave(self, kind: str, callback: tuple[str, str, int, float] | None = None) -> None:
+        """The caller leaves unanswered: `timeout`, `callback`, or `abandoned` (hung up). With
+        `callback` (number, flow, attempts, retry_s) they keep their place, to be dialled."""
         if self.result.done():
             return
         self._finish(kind)
@@ -191,6 +192,6 @@ class QueueWait:
         if self.leg is not None and self.agent is not None:  # hung up while the agent heard the whisper
             self.leg.close()
             self.store.agent_call_ended(self.agent.name, self.queue, 0.0, 0.0)
-        self.store.leave(self.call_id, kind)
+        self.store.leave(self.call_id, kind, callback)
         self.events.emit(ev.QUEUE, what="left", queue=self.queue, why=kind,
                          waited_s=round(time.monotonic() - self._joined, 1))

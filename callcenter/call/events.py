@@ -55,6 +55,7 @@ QUEUE = "queue"  # a queue of agents: joined, position, ring, no_answer, answere
 AGENT_WHISPER = "agent_whisper"  # the triage summary spoken to the agent who answered, before the bridge
 CALL_STATE = "call_state"  # the call's state changed: to what, from what (was), who drives it now (driver)
 TROUBLE = "trouble"  # a stage failed for good: the caller is told, then transferred or let go
+AMD = "amd"  # a dialled call's answering-machine detection: greeted (the flow starts), decided, beep, message
 
 
 @dataclass

@@ -49,7 +49,7 @@ class FlowRunner:
     async def _step(self, step) -> None:
         call = self.call
         async with self._lock:
-            if call.dialog.finished or call.ended.is_set() or call.in_trouble:
+            if call.dialog.finished or call.ended.is_set() or call.in_trouble or call.status.flow_stopped:
                 return
             try:
                 actions = step()

@@ -39,6 +39,8 @@ class Hearing:
             now = call.events.now()
             if call.bridged:  # a person has the caller now: keep recording, stop listening
                 continue
+            if call.features.machine.hear(line.caller, Moment(now)):  # a dialled call's greeting, or a machine
+                continue
             if call.features.queue.wait is not None:  # on hold: only the keypad (tones too) is heard
                 for outcome in self.listener.process(line.caller, Moment(now, line.played, agent_talking=True)):
                     if isinstance(outcome, Key):

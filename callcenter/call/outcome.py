@@ -5,9 +5,10 @@ its events and the session's result: the first that holds of
 2. a voicemail message was left (with speech in it) → `voicemail`;
 3. the caller left a queue for a callback → `callback_requested`; its longest wait ran out →
    `queue_timeout`; they hung up in it → `queue_abandoned`;
-4. a part of the agent failed for good (`trouble`), or the call ended in an error → `failed`;
-5. the flow hung up (a hangup node) → `ai_completed`;
-6. otherwise the caller hung up → `caller_hung_up`.
+4. an answering machine answered a dialled call → `machine` (its message left or not);
+5. a part of the agent failed for good (`trouble`), or the call ended in an error → `failed`;
+6. the flow hung up (a hangup node) → `ai_completed`;
+7. otherwise the caller hung up → `caller_hung_up`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from callcenter.store.calls import (
     CALLBACK_REQUESTED,
     CALLER_HUNG_UP,
     FAILED,
+    MACHINE,
     QUEUE_ABANDONED,
     QUEUE_ANSWERED,
     QUEUE_TIMEOUT,
@@ -43,6 +45,8 @@ def outcome_of(events: list[dict[str, Any]], ended_by: str) -> str:
     left = [e.get("why") for e in kinds if e["kind"] == ev.QUEUE and e.get("what") == "left"]
     if left and left[-1] in LEFT_QUEUE:
         return LEFT_QUEUE[left[-1]]
+    if any(e.get("kind") == ev.AMD and e.get("decision") == "machine" for e in events):
+        return MACHINE
     if ended_by == "error" or any(e["kind"] == ev.TROUBLE for e in kinds):
         return FAILED
     if ended_by == "agent":

@@ -9,7 +9,7 @@ module, so a new feature is a new module plugged in here, not more lines of this
   no-input timer;
 - `Speaking` (`call/speaking.py`): the voice into the media bridge, the backup voice, `interrupt()`;
 - the features (`call/features/`): transfers, queue waits, voicemail, the supervisor's controls,
-  card-number privacy;
+  card-number privacy, answering-machine detection on dialled calls;
 - `CallStatus` (`call/state.py`): the call's one state field, its allowed transitions, and a
   `call_state` event on every change.
 
@@ -104,7 +104,8 @@ class CallSession:
                          **({"transport": o.transport} if o.transport else {}), **o.transport_id)
         self.tasks.loop(self.hearing.run, "hear")
         self.tasks.loop(self._perform, "speak")
-        self.runner.act(self.dialog.start())
+        if not self.features.machine.screen():  # a dialled call's flow starts when a person is heard
+            self.runner.act(self.dialog.start())
         self.features.privacy.guard()
         await self.ended.wait()
         await self._shutdown()

@@ -29,6 +29,7 @@ class CallState(StrEnum):
     BRIDGED = "bridged"
     PAUSED = "paused"
     TAKEN_OVER = "taken over"
+    ANSWERING_MACHINE = "answering machine"  # a machine answered a dialled call: the flow stops, a message is left
     ENDED = "ended"
 
 
@@ -39,7 +40,8 @@ UNDER_HOLD = frozenset({CallState.TRANSFERRING, CallState.QUEUED, CallState.VOIC
 # flow, a queue wait, a transfer's ringing or a voicemail has, and gives it back to where it was.
 TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     CallState.FLOW: frozenset({CallState.TRANSFERRING, CallState.QUEUED, CallState.VOICEMAIL,
-                               CallState.TAKEN_OVER, CallState.PAUSED}),
+                               CallState.TAKEN_OVER, CallState.PAUSED, CallState.ANSWERING_MACHINE}),
+    CallState.ANSWERING_MACHINE: frozenset({CallState.TAKEN_OVER, CallState.PAUSED}),
     CallState.TRANSFERRING: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED}),
     CallState.QUEUED: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED}),
     CallState.VOICEMAIL: frozenset({CallState.FLOW, CallState.TAKEN_OVER, CallState.PAUSED}),
@@ -80,6 +82,11 @@ class CallStatus:
     def held(self) -> bool:
         """A supervisor has the call (taken over or paused): the flow does not act."""
         return self.state in SUPERVISED
+
+    @property
+    def flow_stopped(self) -> bool:
+        """The flow takes no more steps: a machine answered (its message is being left)."""
+        return self.state == CallState.ANSWERING_MACHINE or self.given_back == CallState.ANSWERING_MACHINE
 
     @property
     def bridged(self) -> bool:

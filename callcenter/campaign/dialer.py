@@ -75,8 +75,11 @@ Dial = Callable[[str, str, dict, str | None], Awaitable[Any]]
 
 class Dialer:
     def __init__(self, store: CampaignStore, dial: Dial, free_slots: Callable[[], int], holder: str,
-                 calls_row: Callable[[str], dict | None], clock: Callable[[], dt.datetime] | None = None):
+                 calls_row: Callable[[str], dict | None], clock: Callable[[], dt.datetime] | None = None,
+                 callbacks=None):
+        """`callbacks`: the queues' callbacks (`campaign/callbacks.py`), dialled by the same lease holder."""
         self.store, self.dial, self.free_slots, self.holder = store, dial, free_slots, holder
+        self.callbacks = callbacks
         self.calls_row = calls_row  # a call's row in the store, by id (None: none yet)
         self.clock = clock or campaign_clock()
         self.in_flight: dict[str, Attempt] = {}
@@ -89,6 +92,8 @@ class Dialer:
                 await self._db(self._lease)
                 if self.holding or self.in_flight:
                     await self.tick()
+                if self.callbacks is not None:
+                    await self.callbacks.tick(self.holding)
             except StoreError as exc:  # the store restarting: the dialer waits, nothing is lost
                 log.warning("dialer_store_unavailable", error=str(exc))
             except Exception:

@@ -98,6 +98,15 @@ def cmd_bench_stt(args) -> int:
     return 0
 
 
+def cmd_bench_amd(args) -> int:
+    from callcenter.lab.bench.amd import bench_amd
+
+    report = bench_amd(Path(args.json), Path(args.set) if args.set else None, offline=args.offline, limit=args.limit,
+                       parallel=args.parallel, seed=args.seed, clips=args.clips)
+    print(json.dumps(report["summary"], indent=2))
+    return 0
+
+
 def add_bench(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
     s = b.add_parser("report", help="BENCHMARKS.md from the result JSON committed under benchmarks/results/")
@@ -177,6 +186,16 @@ def add_bench(sub) -> None:
                    help="another faster-whisper model directory measured beside ours in the real part (Whisper base)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_stt)
+    s = b.add_parser("amd", help="answering-machine detection on real outbound calls: persons taken for machines, "
+                                 "machines detected, decision time, message start after the beep")
+    s.add_argument("--set", default=None, help="a folder with manifest.jsonl and its WAVs (default: a generated set)")
+    s.add_argument("--seed", type=int, default=2, help="the generated set's seed (without --set)")
+    s.add_argument("--clips", type=int, default=120, help="the generated set's size (without --set)")
+    s.add_argument("--limit", type=int, default=None, help="only the first N clips")
+    s.add_argument("--parallel", type=int, default=3, help="calls at once")
+    s.add_argument("--offline", action="store_true", help="the detector alone on the clips, no call (for tuning)")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_amd)
     s = b.add_parser("nlu", help="offline intent matching on callers' own words: right / wrong intent / no match")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_nlu)

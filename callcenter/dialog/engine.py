@@ -267,6 +267,7 @@ class Dialog:
             "holiday": bool(flow.hours and self.now.date() in flow.hours.holidays),
             "last_utterance": "", "last_intent": None, "attempts": 0,
             "webhook_status": None, "llm_answer": "", "voicemail_path": None, "voicemail_s": 0,
+            "amd": None,  # a dialled call: person, machine or unknown (answering-machine detection)
         }
         self.variables.update(flow.variables)
         self.variables.update({name: os.environ.get(name, "") for name in flow.env})  # secrets for webhooks

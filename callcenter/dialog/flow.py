@@ -32,7 +32,7 @@ BUILTIN_VARIABLES = ("caller", "caller_number", "call_id", "direction", "flow", 
                      "open", "closed", "holiday",
                      "last_utterance", "last_intent", "attempts", "webhook_status", "llm_answer",
                      "voicemail_path", "voicemail_s", "queue", "queue_position", "queue_wait_minutes",
-                     "queue_wait_s", "queue_result", "triage")
+                     "queue_wait_s", "queue_result", "triage", "amd")
 SlotType = Literal["digits", "number", "yes_no", "date", "time", "currency", "text"]
 assert set(SlotType.__args__) == set(SLOT_TYPES)
 
@@ -368,6 +368,12 @@ class QueueSettings(_Strict):
                                                       "transfer node's on_callback (none: off).")
     callback_offer: str = Field("Or press 1 at any time to leave your number, and we will call you back.",
                                 description="Said after the first announcement when callback_key is set.")
+    callback_intro: str = Field("Hello, we are calling you back, as you asked. Please hold: you are next in line.",
+                                description="Said when a callback is dialled and answered, before the caller waits "
+                                            "at the head of the queue for the agent who is free.")
+    callback_attempts: int = Field(3, ge=1, le=10, description="Calls made to reach a caller who asked for a "
+                                                              "callback (no answer, busy, a machine: tried again).")
+    callback_retry_s: float = Field(300, ge=5, le=86400, description="Seconds between those calls.")
     whisper: str = Field("A caller for {queue}. {triage}", description="Spoken to the agent alone when they "
                                                                      "answer, before the caller is connected "
                                                                      "(a template; triage: intent and slots).")
@@ -551,6 +557,14 @@ class Trouble(_Strict):
     transferring: str = "Let me put you through to a colleague."
 
 
+class VoicemailDrop(_Strict):
+    """The message a dialled call leaves on an answering machine, after its beep (or the end of its
+    greeting where there is none); then the call hangs up."""
+    text: str = Field(description="What is said (variables in braces, as in prompts).")
+    audio: str | None = Field(None, description="A recorded prompt (a WAV file, relative to the flow file) "
+                                                "played instead; the text is what transcripts show.")
+
+
 def trouble_destination(flow: "Flow") -> str | None:
     """The SIP URI trouble transfers to (a queue of agents needs a working voice and recognizer to
     wait in, so trouble never goes to one; the checker refuses it)."""
@@ -599,6 +613,12 @@ class Flow(_Strict):
                                                   "open, closed and holiday.")
     globals: Globals = Field(default_factory=Globals)
     trouble: Trouble = Field(default_factory=Trouble)
+    machine_detection: bool = Field(True, description=(
+        "On a call the server dials: tell a person from an answering machine as the greeting is heard "
+        "(`amd` reads person, machine or unknown). The flow starts as soon as the greeting sounds like a "
+        "person's; a machine stops it and gets the voicemail_drop message, or a hang-up."))
+    voicemail_drop: VoicemailDrop | None = Field(None, description=(
+        "The message left on an answering machine: text, or {text, audio}. None: hang up on a machine."))
     start: str
     nodes: dict[str, Node] = Field(min_length=1)
 
@@ -606,6 +626,11 @@ class Flow(_Strict):
     @classmethod
     def _voice(cls, v):
         return _as_voice(v) if v is not None else VoiceSettings()
+
+    @field_validator("voicemail_drop", mode="before")
+    @classmethod
+    def _drop(cls, v):
+        return VoicemailDrop(text=v) if isinstance(v, str) else v
 
     @field_validator("ambience", mode="before")
     @classmethod
@@ -850,6 +875,14 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
     yes_no_slots = {n for node in flow.nodes.values() for n, slot in (getattr(node, "slots", None) or {}).items()
                     if slot.type == "yes_no"}
     trusted = trusted_variables(flow)
+    if flow.voicemail_drop is not None:
+        try:
+            for ph in template_names(flow.voicemail_drop.text):
+                if ph.name not in known:
+                    problems.append((("voicemail_drop",), f"unknown variable {ph.name!r} in template"
+                                                          f"{did_you_mean(ph.name, known)}"))
+        except ExprError as exc:
+            problems.append((("voicemail_drop",), str(exc)))
     for name, node in flow.nodes.items():
         if getattr(node, "voice", None) is not None and (problem := voice_problem(node.voice.name)):
             problems.append((("nodes", name, "voice"), problem))
@@ -1173,25 +1206,26 @@ def _recorded_prompts(flow: Flow, base: Path) -> list[tuple[tuple, str]]:
     problems = []
     from callcenter.audio.wavfile import AudioFileError, read_wav
 
-    for name, node in flow.nodes.items():
+    owners = [(("nodes", name, "audio"), node) for name, node in flow.nodes.items()]
+    if flow.voicemail_drop is not None:
+        owners.append((("voicemail_drop", "audio"), flow.voicemail_drop))
+    for where, node in owners:
         audio = getattr(node, "audio", None)
         if audio is None:
             continue
-
         try:
             path = confined_file(base, audio, MAX_AUDIO_FILE_BYTES)
         except ValueError as exc:
-            problems.append((("nodes", name, "audio"), f"recorded prompt: {audio}: {exc}"))
+            problems.append((where, f"recorded prompt: {audio}: {exc}"))
             continue
         try:
             pcm = read_wav(path)
         except AudioFileError as exc:
-            problems.append((("nodes", name, "audio"), f"recorded prompt: {exc}"))
+            problems.append((where, f"recorded prompt: {exc}"))
             continue
         seconds = len(pcm) / 16000
         if seconds > MAX_PROMPT_S or seconds < 0.1:
-            problems.append((("nodes", name, "audio"), f"recorded prompt {audio!r} lasts {seconds:.1f} s "
-                                                        f"(0.1 to {MAX_PROMPT_S} s)"))
+            problems.append((where, f"recorded prompt {audio!r} lasts {seconds:.1f} s (0.1 to {MAX_PROMPT_S} s)"))
             continue
         node.audio = str(path)
         RECORDED[str(path)] = pcm

@@ -75,6 +75,7 @@ class QueueSnapshot:
     abandoned_today: int = 0  # hung up while waiting
     timed_out_today: int = 0  # waited the queue's longest wait and went the flow's way
     callbacks_today: int = 0  # left a number to be called back
+    callbacks_pending: int = 0  # ...and not yet called back (waiting their turn, or being dialled)
     within_sl_today: int = 0
     service_level_s: float = 20.0
     callers: list[dict] = field(default_factory=list)
@@ -91,10 +92,18 @@ class QueueSnapshot:
                 "available": self.available, "busy": self.busy, "paused": self.paused,
                 "answered_today": self.answered_today, "abandoned_today": self.abandoned_today,
                 "timed_out_today": self.timed_out_today, "callbacks_today": self.callbacks_today,
+                "callbacks_pending": self.callbacks_pending,
                 "service_level": self.service_level, "service_level_s": self.service_level_s,
                 "callers": self.callers}
 
 
+
+
+# a callback holds its place in the queue while it is due and the fleet's dialer is alive, or while it
+# is being dialled and its call has not yet joined the queue (then the call holds the place itself)
+CALLBACK_HOLDS = ("(state='waiting' AND next_try <= ? AND EXISTS (SELECT 1 FROM leases WHERE name='dialer' "
+                  "AND until > ?) OR state='dialling' AND (dial_call_id IS NULL OR dial_call_id NOT IN "
+                  "(SELECT call_id FROM callers)))")
 
 
 def _serves(agent: Agent, members: set[str], skills: set[str]) -> bool:
@@ -261,11 +270,14 @@ class QueueStore:
 
     # ---- callers
     def join(self, call_id: str, queue: str) -> None:
+        """The caller joins the queue now; a dialled callback joins at the place its caller left."""
         def run():
             now = self.clock()
+            kept = self._q("SELECT joined FROM callbacks WHERE dial_call_id=? AND queue=?", call_id, queue)
+            joined = kept[0][0] if kept else now
             self._x("INSERT INTO callers(call_id, queue, worker, joined) VALUES(?, ?, ?, ?) ON CONFLICT(call_id) "
                     "DO UPDATE SET queue=excluded.queue, worker=excluded.worker, joined=excluded.joined, "
-                    "state='waiting', tried='[]'", (call_id, queue, self.worker, now))
+                    "state='waiting', tried='[]'", (call_id, queue, self.worker, joined))
             self._log(now, queue, call_id, None, "join", None)
         self._tx(run)
 
@@ -280,7 +292,9 @@ class QueueStore:
                 "SELECT SUM(CASE WHEN c.joined < ? THEN 1 ELSE 0 END), COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
                 "WHERE c.queue=? AND (w.seen >= ? OR w.worker = ?)", joined, queue, self.clock() - WORKER_STALE_S,
                 self.worker)[0]
-            return int(ahead or 0) + 1, int(total)
+            kept = self._q(f"SELECT SUM(CASE WHEN joined < ? THEN 1 ELSE 0 END), COUNT(*) FROM callbacks "
+                           f"WHERE queue=? AND {CALLBACK_HOLDS}", joined, queue, self.clock(), self.clock())[0]
+            return int(ahead or 0) + int(kept[0] or 0) + 1, int(total) + int(kept[1] or 0)
 
     def expected_wait_s(self, call_id: str) -> float:
         """Place × the mean handle time of the queue's recent calls ÷ the agents who take them."""
@@ -325,6 +339,10 @@ class QueueStore:
                            "AND c.state='waiting' AND w.free_slots > 0 ORDER BY c.joined LIMIT 1", queue)
             if not head or head[0][0] != call_id:
                 return None
+            mine = self._q("SELECT joined FROM callers WHERE call_id=?", call_id)[0][0]
+            if self._q(f"SELECT 1 FROM callbacks WHERE queue=? AND joined < ? AND {CALLBACK_HOLDS} LIMIT 1",
+                       queue, mine, now, now):
+                return None  # a caller who asked to be called back is ahead: the next agent is theirs
             qrow = self._q("SELECT members, skills, strategy FROM queues WHERE name=?", queue)
             if not qrow:
                 return None
@@ -397,13 +415,20 @@ class QueueStore:
             self._log(now, queue, None, name, "done", None, talk_s + wrap_up_s)
         self._tx(run)
 
-    def leave(self, call_id: str, kind: str) -> None:
-        """The caller leaves the queue unanswered: `abandoned` (hung up), `timeout`, `callback`."""
+    def leave(self, call_id: str, kind: str, callback: tuple[str, str, int, float] | None = None) -> None:
+        """The caller leaves the queue unanswered: `abandoned` (hung up), `timeout`, `callback`.
+        With `callback` (number, flow, attempts, retry_s) a callback keeps their place, to be dialled
+        when it comes up."""
         def run():
             now = self.clock()
             row = self._q("SELECT queue, joined FROM callers WHERE call_id=?", call_id)
             if not row:
                 return
+            if callback is not None:
+                number, flow, attempts, retry_s = callback
+                self._x("INSERT INTO callbacks(call_id, queue, number, flow, joined, requested, max_attempts, retry_s, "
+                        "updated) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(call_id) DO NOTHING",
+                        (call_id, row[0][0], number, flow, row[0][1], now, attempts, retry_s, now))
             self._x("UPDATE agents SET state='available', since=?, call_id=NULL, worker=NULL "
                              "WHERE call_id=? AND state='ringing'", (now, call_id))
             self._x("DELETE FROM callers WHERE call_id=?", (call_id,))
@@ -428,6 +453,8 @@ class QueueStore:
             callers = self._q("SELECT call_id, queue, worker, joined, state FROM callers ORDER BY joined")
             log = self._q("SELECT queue, kind, wait_s FROM queue_log WHERE t >= ? AND kind IN "
                           "('answered', 'abandoned', 'timeout', 'callback')", day)
+            pending = dict(self._q("SELECT queue, COUNT(*) FROM callbacks WHERE state IN ('waiting', 'dialling') "
+                                   "GROUP BY queue"))
         out = []
         for name, members, skills, sl in queues:
             members, skills = set(json.loads(members)), set(json.loads(skills))
@@ -441,6 +468,7 @@ class QueueStore:
             snap.available = sum(a.state == AgentState.AVAILABLE for a in mine)
             snap.busy = sum(a.state in (AgentState.RINGING, AgentState.ON_CALL, AgentState.WRAP_UP) for a in mine)
             snap.paused = sum(a.state == AgentState.PAUSED for a in mine)
+            snap.callbacks_pending = int(pending.get(name, 0))
             for queue, kind, wait_s in log:
                 if queue != name:
                     continue

@@ -100,12 +100,22 @@ CREATE TABLE IF NOT EXISTS webhook_dead_letters (
 CREATE INDEX IF NOT EXISTS webhook_dead_letters_failed ON webhook_dead_letters(failed)
 """
 
+CALLBACKS = """
+CREATE TABLE IF NOT EXISTS callbacks (
+    call_id TEXT PRIMARY KEY, queue TEXT NOT NULL, number TEXT NOT NULL, flow TEXT NOT NULL,
+    joined {real} NOT NULL, requested {real} NOT NULL, state TEXT NOT NULL DEFAULT 'waiting',
+    attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL DEFAULT 3, retry_s {real} NOT NULL DEFAULT 300,
+    next_try {real} NOT NULL DEFAULT 0, result TEXT, dial_call_id TEXT, updated {real} NOT NULL);
+CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks(state, next_try)
+"""
+
 MIGRATIONS = (
     Migration(1, "queues and agents", QUEUES, _retry_after),
     Migration(2, "one row per call; workers' host and version", CALLS),
     Migration(3, "workers' control API, for the console to find the fleet", FLEET),
     Migration(4, "outbound campaigns, their contacts and attempts; do-not-call; leases", CAMPAIGNS),
     Migration(5, "after the call: summary, categories and sentiment; the webhook's dead letters", AFTER_CALL),
+    Migration(6, "queued callbacks that dial, keeping the caller's place", CALLBACKS),
 )
 LATEST = MIGRATIONS[-1].version
 

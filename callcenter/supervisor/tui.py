@@ -348,7 +348,8 @@ class FlowsScreen(Screen):
                     log.write(problem)
 
 
-QUEUE_COLUMNS = ("queue", "waiting", "longest", "avail", "busy", "paused", "SL", "answered", "abandoned")
+QUEUE_COLUMNS = ("queue", "waiting", "callbacks", "longest", "avail", "busy", "paused", "SL", "answered",
+                 "abandoned")
 AGENT_COLUMNS = ("agent", "state", "for", "reason / call")
 AGENT_STYLE = {"available": "green", "ringing": "bold magenta", "on_call": "bold cyan", "wrap_up": "cyan",
                "paused": "yellow", "logged_out": "dim"}
@@ -365,7 +366,7 @@ def queue_cells(q: dict) -> list:
     longest = Text(_mmss(q.get("longest_wait_s", 0)),
                    style="bold red" if q.get("waiting") and q.get("longest_wait_s", 0) > q.get("service_level_s", 20)
                    else "")
-    return [q["name"], str(q.get("waiting", 0)), longest, str(q.get("available", 0)), str(q.get("busy", 0)),
+    return [q["name"], str(q.get("waiting", 0)), str(q.get("callbacks_pending", 0)), longest, str(q.get("available", 0)), str(q.get("busy", 0)),
             str(q.get("paused", 0)), sl_text, str(q.get("answered_today", 0)),
             str(q.get("abandoned_today", 0) + q.get("timed_out_today", 0))]
 

@@ -95,6 +95,13 @@ def dial_variables(given: dict, flow: Flow) -> dict[str, str]:
     return out
 
 
+class OneFlow:
+    """A flow made for one purpose (a callback's), where a dial's flow library is expected."""
+
+    def __init__(self, flow: Flow):
+        self.current, self.digest = flow, f"generated:{flow.name}"
+
+
 class OutboundSipCall(SipLiveCall):
     """A call the server placed: it rings, then (answered) runs its flow like any call; unanswered,
     its row says why."""
@@ -180,4 +187,4 @@ class OutboundSipCall(SipLiveCall):
                 "started": round(self.started_wall, 3), "age_s": round(time.time() - self.started_wall, 1)}
 
 
-__all__ = ["DialRefused", "OutboundSipCall", "destination", "dial_variables", "SipError"]
+__all__ = ["DialRefused", "OneFlow", "OutboundSipCall", "destination", "dial_variables", "SipError"]

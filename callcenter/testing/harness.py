@@ -7,7 +7,7 @@ import asyncio
 import math
 import struct
 
-from callcenter.audio.frames import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
+from callcenter.audio.frames import FRAME_BYTES, FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, AudioFrame
 from callcenter.call import events as ev
 from callcenter.call.bridge import MediaBridge
 from callcenter.call.events import CallEvents
@@ -52,8 +52,14 @@ class CallHarness:
     """One call with fakes around a real `CallSession`: `await start()`, then the caller's text
     (`say`), keys (`key`), the supervisor's hands (`session.supervisor_say`...), and `hang_up()`."""
 
-    def __init__(self, flow: Flow, line: SimulatedLine | None = None, variables: dict | None = None):
+    def __init__(self, flow: Flow, line: SimulatedLine | None = None, variables: dict | None = None,
+                 far_end: bytes | None = None, stt=None):
+        """`far_end`: what the other side sends from the answer on (8 kHz 16-bit PCM; silence after),
+        as a dialled call's greeting; `stt` then the recognizer that hears it."""
         self.flow = flow
+        self.far_end = far_end
+        self.stt = stt or FakeRecognizer()
+        self.heard = bytearray()  # what the far end heard, from the answer on (8 kHz 16-bit PCM)
         self.line = line or SimulatedLine()
         self.voice = FakeVoice()
         self.variables = variables
@@ -65,16 +71,21 @@ class CallHarness:
         events = CallEvents("harness", None, clock=loop.time)
         self.line.events = events
         bridge = MediaBridge(loop, None, None, clock=loop.time)
-        self.session = CallSession("harness", self.flow, bridge, self.line, events, FakeRecognizer(), self.voice,
+        self.session = CallSession("harness", self.flow, bridge, self.line, events, self.stt, self.voice,
                                    variables=self.variables, backup_tts=self.voice)
         self._tasks = [asyncio.create_task(self._far_end(bridge)), asyncio.create_task(self.session.run())]
         await self.settle()
         return self
 
     async def _far_end(self, bridge: MediaBridge) -> None:
-        """The caller's phone: takes the agent's frames on the 20 ms clock."""
+        """The caller's phone: takes the agent's frames on the 20 ms clock (and sends `far_end`)."""
+        sent = 0
         while True:
-            bridge.agent_frame()
+            self.heard += bridge.agent_frame()
+            if self.far_end is not None:
+                chunk = self.far_end[sent:sent + FRAME_BYTES]
+                bridge.caller_frame(chunk + bytes(FRAME_BYTES - len(chunk)))
+                sent += FRAME_BYTES
             await asyncio.sleep(FRAME_MS / 1000)
 
     @property
@@ -125,11 +136,12 @@ class CallHarness:
         return [e.as_dict() for e in self.events.history if e.kind == kind]
 
 
-def run_call(flow: Flow, script, line: SimulatedLine | None = None, variables: dict | None = None):
+def run_call(flow: Flow, script, line: SimulatedLine | None = None, variables: dict | None = None,
+             far_end: bytes | None = None, stt=None):
     """Run `script(harness)` (an async function) against one call on the virtual clock; returns
     (harness, the call's result)."""
     async def main():
-        harness = await CallHarness(flow, line, variables).start()
+        harness = await CallHarness(flow, line, variables, far_end, stt).start()
         await script(harness)
         return harness, await harness.hang_up()
     return run_virtual(main())

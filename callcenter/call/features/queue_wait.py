@@ -11,6 +11,7 @@ from callcenter.call.attendant import QueueWait
 from callcenter.call.state import CallState
 from callcenter.dialog.engine import Enqueue
 from callcenter.dialog.flow import RECORDED
+from callcenter.text.phone import phone_number
 
 HOLD_UTTERANCE = -2  # the utterance number of hold music frames (no playout events)
 HOLD_AHEAD_FRAMES = 8  # hold music queued ahead of the line (an announcement cuts in within 160 ms)
@@ -22,11 +23,20 @@ class QueueWaiting:
         self.call = call
         self.wait: QueueWait | None = None  # waiting now: hold music, announcements
         self.callback_key: str | None = None
+        self.settings = None  # the queue's settings while waiting
 
     def on_key(self, digit: str) -> None:
         """In a queue only the callback key means anything."""
         if digit == self.callback_key and self.wait is not None:
-            self.wait.leave("callback")
+            call, settings = self.call, self.settings
+            variables = call.dialog.variables
+            # a number to call back: the caller's number, else the SIP address they called from
+            number = phone_number(variables.get("caller_number") or "") or \
+                (variables.get("caller") or "" if str(variables.get("caller", "")).startswith("sip") else "")
+            keep = (number, call.flow.name, settings.callback_attempts, settings.callback_retry_s) if number else None
+            self.wait.leave("callback", keep)
+            call.events.emit(ev.QUEUE, what="callback", queue=self.wait.queue, number=number or None,
+                             dialled=bool(number))
 
     async def carry_out(self, action: Enqueue) -> bool:
         """Wait until an agent is connected (True: the call goes on, bridged), or the wait ends
@@ -40,7 +50,7 @@ class QueueWaiting:
                            error="no contact_center in the server config: nobody can answer a queue")
             result = "unavailable"
         else:
-            self.wait, self.callback_key = wait.start(), settings.callback_key
+            self.wait, self.callback_key, self.settings = wait.start(), settings.callback_key, settings
             call.status.enter(CallState.QUEUED, action.queue)
             music = call.tasks.keep(asyncio.create_task(self._hold_music(), name="hold_music"))
             announcer = call.tasks.keep(asyncio.create_task(self._announce(wait, settings), name="queue_announcer"))
