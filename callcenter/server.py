@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 import structlog
 
+from callcenter.aftercall.scorecard import load_scorecard
 from callcenter.aftercall.webhook import DeadLetters, Webhook
 from callcenter.aftercall.worker import PostCall
 from callcenter.call.call_metrics import CallMetrics
@@ -109,11 +110,20 @@ class CallServer:
                 if hook else None
         except ValueError as exc:
             raise CallcenterError(str(exc)) from None
-        self.post_call = PostCall(self.calls, webhook)  # summaries and the webhook, one call at a time
+        self.post_call = PostCall(self.calls, webhook, self._scorecards())  # summaries, scores, the webhook
         self.memory = MemoryKeeper(config.memory_trim_s)
         self.metrics = CallMetrics(self._active_calls, self._rejected_calls)
         if self.queues is not None:
             self.metrics.watch_queues(self.queues)
+
+    def _scorecards(self) -> dict:
+        """The config's scorecards by flow name, each checked against its flow where this server runs it."""
+        flows = {lib.current.name: lib.current for lib in [self.flows, *self.outbound_flows.values()]}
+        cards = {}
+        for path in self.config.scorecard_paths():
+            card = load_scorecard(path)
+            cards[card.flow] = load_scorecard(path, flows[card.flow]) if card.flow in flows else card
+        return cards
 
     def _active_calls(self) -> dict[tuple[str, ...], float]:
         out = {("sip",): 0, ("webrtc",): 0}
@@ -144,6 +154,7 @@ class CallServer:
             library = FlowLibrary(self.config.outbound_flow(name), prepare=render_line_noise)
             check_queues(library.current, self.config)
             self.outbound_flows[name] = library
+        self.post_call.scorecards = self._scorecards()  # now checked against the outbound flows too
 
     async def dial(self, to: str, flow_name: str, variables: dict | None = None,
                    caller_id: str | None = None) -> OutboundSipCall:

@@ -88,3 +88,108 @@ def test_a_webhook_nobody_listens_to_is_a_dead_letter_with_why(tmp_path):
     url = f"http://127.0.0.1:{free_tcp_port()}/hook"
     assert not asyncio.run(Webhook(url, "k", 2, 0.01, DeadLetters(db)).send({"call_id": "sip-3"}))
     assert DeadLetters(db).recent()[0]["call_id"] == "sip-3"
+
+
+AFTER_CALL_FLOW = """
+name: support
+variables: {plan: ""}
+after_call:
+  fields:
+    reason: {description: why they called, from: last_intent}
+    account: {description: their account number, type: number, from: account}
+    follow_up_needed: {description: someone must call them, type: yes_no, when: "outcome != 'ai_completed'"}
+    mentioned_router: {description: the router came up, type: yes_no, phrases: [router, modem]}
+  categories:
+    complaint: [unacceptable, "I want to complain", refund]
+    billing: [my bill, invoice]
+start: ask
+nodes:
+  ask:
+    type: ask
+    prompt: Your account number?
+    slots: {account: {type: digits, min_length: 4, max_length: 8}}
+    next: bye
+    on_failure: bye
+  bye: {type: hangup, text: Bye.}
+"""
+
+
+def test_a_flows_after_call_fields_and_phrase_categories_are_filled_by_rules(tmp_path):
+    from callcenter.aftercall.fields import fill
+    from callcenter.dialog.flow import load_flow
+
+    path = tmp_path / "support.yaml"
+    path.write_text(AFTER_CALL_FLOW)
+    flow = load_flow(path)
+    events = [{"kind": "stt_final", "text": "My Router keeps dropping, this is unacceptable."},
+              {"kind": "stt_final", "text": "It's 4471."}]
+    fields, categories = fill(flow.after_call, {"last_intent": "internet", "account": "4471"}, "transferred", events)
+    assert fields == {"reason": "internet", "account": 4471, "follow_up_needed": True, "mentioned_router": True}
+    assert categories == ["complaint"]  # "bill" is not "my bill"; "router" counts only as a whole word
+    fields, categories = fill(flow.after_call, {}, "ai_completed", [{"kind": "stt_final", "text": "routers"}])
+    assert fields == {"reason": None, "account": None, "follow_up_needed": False, "mentioned_router": False}
+
+
+def test_after_call_mistakes_are_found_with_file_line_and_column(tmp_path):
+    import pytest
+
+    from callcenter.dialog.flow import load_flow
+    from callcenter.yamlfile import UserFileError
+
+    path = tmp_path / "support.yaml"
+    for old, new, message in (("from: last_intent}", "from: last_intnet}", "unknown variable 'last_intnet'"),
+                              ("phrases: [router, modem]}", "phrases: [router], from: plan}", "exactly one of"),
+                              ("type: yes_no, when:", "when:", "type: yes_no")):
+        path.write_text(AFTER_CALL_FLOW.replace(old, new))
+        with pytest.raises(UserFileError) as err:
+            load_flow(path)
+        assert message in str(err.value) and "support.yaml:" in str(err.value), str(err.value)
+
+
+def test_a_scorecard_scores_each_item_from_the_events_and_a_supervisor_overrides_one(tmp_path):
+    from callcenter.aftercall.scorecard import load_scorecard, score
+    from callcenter.dialog.flow import load_flow
+    from callcenter.store.calls import CallRecords
+
+    card = load_scorecard("flows/scorecards/support.yaml", load_flow("flows/support.yaml"))
+    events = [{"kind": "agent_say", "text": "Thank you for calling Example Telecom.", "t": 0.0},
+              {"kind": "first_rtp_out", "t": 0.1}, {"kind": "playout_done", "t": 2.0},
+              {"kind": "speech_start", "t": 12.5}, {"kind": "speech_end", "t": 13.4},  # 10.5 s of nothing
+              {"kind": "flow_decision", "via": "no_match"}, {"kind": "flow_decision", "via": "no_match"},
+              {"kind": "flow_decision", "via": "no_input"},
+              {"kind": "agent_say", "text": "Goodbye.", "t": 20.0}]
+    scores = score(card, events)
+    got = {name: item["score"] for name, item in scores["items"].items()}
+    assert got == {"greeted": "pass", "not_asked_to_repeat": "fail", "no_long_silence": "fail",
+                   "offered_more_help": "fail"}
+    assert scores["total"] == 0.25 and "asked again 3 time(s)" in scores["items"]["not_asked_to_repeat"]["why"]
+
+    db = open_database(StoreUrl.parse(f"sqlite:///{tmp_path / 's.db'}", tmp_path))
+    migrate(db)
+    calls = CallRecords(db, "w1", "host")
+    calls.started("c1", caller="sip:a@b", flow="support", flow_version=1)
+    calls.scored("c1", scores)
+    after = calls.override_score("c1", "no_long_silence", True, "the caller was reading their bill", "sup")
+    assert after["total"] == 0.5 and calls.get("c1")["scores"]["items"]["no_long_silence"]["override"]["note"] \
+        == "the caller was reading their bill"
+    import pytest
+    with pytest.raises(KeyError, match="greeting"):
+        calls.override_score("c1", "greeting", True, "", "sup")
+
+
+def test_a_scorecard_that_names_what_its_flow_lacks_is_refused_with_where(tmp_path):
+    import pytest
+
+    from callcenter.aftercall.scorecard import load_scorecard
+    from callcenter.dialog.flow import load_flow
+    from callcenter.yamlfile import UserFileError
+
+    path = tmp_path / "card.yaml"
+    path.write_text("flow: support\nitems:\n  verified:\n    description: x\n"
+                    "    slot_before_node: {slot: account, node: billing_answr}\n")
+    with pytest.raises(UserFileError) as err:
+        load_scorecard(path, load_flow("flows/support.yaml"))
+    assert "card.yaml:5:" in str(err.value) and "no slot 'account'" in str(err.value) and "billing_answr" in str(err.value)
+    path.write_text("flow: support\nitems:\n  x: {description: y, max_reprompts: 1, max_silence_s: 3}\n")
+    with pytest.raises(UserFileError, match="exactly one check"):
+        load_scorecard(path)

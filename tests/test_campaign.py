@@ -264,3 +264,48 @@ def test_a_campaign_whose_flow_left_the_server_is_paused_not_burnt(tmp_path, fas
     dialer = Dialer(cs, no_such_flow, lambda: 4, "worker-a", lambda call_id: None, clock=lambda: MONDAY_1630_UTC)
     asyncio.run(run_until(dialer, FakeLine(), lambda: cs.campaign("december")["state"] == "paused"))
     assert [(c.state, c.attempts, c.result) for c in cs.contacts("december")] == [("pending", 0, None)] * 2
+
+
+def test_calls_follow_the_free_agents_and_abandonment_over_the_bound_slows_to_one_at_a_time(tmp_path, fast):
+    """The flow hands people to a queue of agents: never more calls at once than free agents; when
+    people reached then leave the queue unanswered above the bound, one call at a time."""
+    from callcenter.store.queues import QueueStore
+
+    rows = [f"+1555030{i:02d},Europe/Berlin,Name{i}" for i in range(12)]
+    (tmp_path / "c.yaml").write_text(textwrap.dedent(CAMPAIGN).replace(
+        "pace: {max_concurrent: 3, calls_per_second: 20}",
+        "pace: {max_concurrent: 3, calls_per_second: 20, agents_queue: desk, max_abandon_rate: 0.03}"))
+    (tmp_path / "contacts.csv").write_text("number,timezone,name\n" + "\n".join(rows) + "\n")
+    (tmp_path / "dnc.txt").write_text("")
+    campaign, contacts, numbers = load_campaign(tmp_path / "c.yaml")
+    cs = store(tmp_path)
+    queues = QueueStore(cs.db, "w1")
+    queues.define_agents([("alice", "sip:alice@127.0.0.1", (), True), ("bob", "sip:bob@127.0.0.1", (), True),
+                          ("carol", "sip:carol@127.0.0.1", (), False)])
+    queues.define_queue("desk", ["alice", "bob", "carol"], [], "longest_idle", 20)
+    queues.heartbeat()
+    cs.create(campaign.name, "c.yaml", campaign.flow, campaign.settings(), contacts, numbers)
+
+    class Line(FakeLine):
+        """The first two people reached give up waiting for an agent; the rest are answered."""
+        def __init__(self):
+            super().__init__()
+            self.after_bound = 0  # calls at once once the rate went over the bound
+
+        async def dial(self, number, flow, variables, caller_id):
+            over = bool(dialer.over_bound.get("december"))
+            call = FakeCall("queue_abandoned" if len(self.calls) < 2 else "queue_answered", 0.5)
+            self.calls.append(call)
+            live = sum(1 for c in self.calls if c.progress != "ended")
+            self.at_once = max(self.at_once, live)
+            if over:
+                self.after_bound = max(self.after_bound, live)
+            return call
+
+    line = Line()
+    dialer = Dialer(cs, line.dial, lambda: 4, "worker-a", lambda call_id: None, clock=lambda: MONDAY_1630_UTC)
+    asyncio.run(run_until(dialer, line, lambda: sum(1 for _ in cs.contacts("december", "done")) == 12))
+    assert line.at_once == 2, "two agents free (carol logged out): two calls at once, not max_concurrent's 3"
+    assert dialer.over_bound["december"] and line.after_bound == 1
+    counts = cs.summary("december")["counts"]
+    assert counts["abandoned"] == 2 and counts["abandon_rate"] == round(2 / 12, 4)

@@ -103,6 +103,10 @@ def test_a_dialled_person_hears_the_flow_with_its_variables_and_answers_it(tmp_p
     body, headers = hook.got[0]
     sent = json.loads(body)
     assert sent["call_id"] == call_id and sent["outcome"] == "ai_completed" and sent["summary"] == rows[0]["summary"]
+    # the flow's own after-call fields, in the row and the webhook alike
+    # (Dana picks up in silence and first speaks at 9 s, after the detector's 8 s: unknown, not a machine)
+    assert sent["after_call"] == rows[0]["after_call"] == {"confirmed": True, "wants_another_time": False,
+                                                           "reached": "unknown"}, sent["after_call"]
     assert headers["X-Callcenter-Signature"] == signature("hook-secret", headers["X-Callcenter-Timestamp"], body)
 
 

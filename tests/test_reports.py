@@ -138,3 +138,19 @@ def test_search_finds_a_call_by_what_was_said_and_by_its_summary(config, tmp_pat
     assert main(["calls", "search", "router toaster", "--config", str(config), "--since", "3d"]) == 0
     assert capsys.readouterr().err.strip() == "0 calls"
     assert main(["calls", "search", "  ", "--config", str(config)]) == 2
+
+
+def test_scorecard_pass_rates_count_a_supervisors_override_instead():
+    from callcenter.reports.figures import scorecards
+
+    def call(greeted: str, silence: str, override: str | None = None) -> dict:
+        items = {"greeted": {"score": greeted}, "no_long_silence": {"score": silence}}
+        if override:
+            items["no_long_silence"]["override"] = {"score": override, "note": "reading their bill"}
+        return {"flow": "support", "scores": {"card": "support", "items": items}}
+
+    rows = [call("pass", "pass"), call("pass", "fail"), call("fail", "fail", override="pass"), call("pass", "n/a"),
+            {"flow": "support", "scores": {}}]
+    assert scorecards(rows) == [
+        {"flow": "support", "item": "greeted", "calls": 4, "passed": 3, "pass_pct": 75.0, "overridden": 0},
+        {"flow": "support", "item": "no_long_silence", "calls": 3, "passed": 2, "pass_pct": 66.7, "overridden": 1}]

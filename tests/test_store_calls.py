@@ -21,7 +21,7 @@ from callcenter.store.calls import CallRecords
 from callcenter.store.db import open_database
 from tests.conftest import CONTROL_TOKEN, FLOW, free_tcp_port, free_udp_port, rtp_base, wait_for
 
-pytestmark = [pytest.mark.sip, pytest.mark.slow]
+pytestmark = [pytest.mark.sip, pytest.mark.slow, pytest.mark.no_deadline]  # rows, not audio on a deadline: the offline shard
 if not shutil.which("baresip"):
     pytest.skip("baresip is needed (scripts/setup installs it)", allow_module_level=True)
 

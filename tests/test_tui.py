@@ -243,7 +243,7 @@ def queue_board() -> dict:
     return {
         "queues": [
             {"name": "billing", "waiting": 3, "longest_wait_s": 47.0, "available": 0, "busy": 2, "paused": 1,
-             "answered_today": 41, "abandoned_today": 3, "timed_out_today": 1, "callbacks_today": 2,
+             "answered_today": 41, "abandoned_today": 3, "timed_out_today": 1, "callbacks_today": 2, "callbacks_pending": 1,
              "service_level": 0.78, "service_level_s": 20},
             {"name": "technical", "waiting": 0, "longest_wait_s": 0.0, "available": 1, "busy": 1, "paused": 0,
              "answered_today": 17, "abandoned_today": 0, "timed_out_today": 0, "callbacks_today": 0,
@@ -564,4 +564,32 @@ def test_the_recordings_screen_shows_caller_and_outcome_and_a_voicemail_inbox():
             await pilot.pause()
             assert table.row_count == 3
 
+    asyncio.run(main())
+
+
+def test_the_dead_letters_screen_lists_webhooks_that_never_got_through():
+    from callcenter.supervisor.dead_letters_screen import DeadLettersUpdated
+
+    letters = [{"call_id": "sip-101500-a1b2c3", "url": "https://crm.example.com/hooks/calls", "attempts": 5,
+                "error": "HTTP 503", "failed": 1796250000.0},
+               {"call_id": "out-101700-d4e5f6", "url": "https://crm.example.com/hooks/calls", "attempts": 5,
+                "error": "Cannot connect to host crm.example.com:443", "failed": 1796249000.0}]
+
+    async def main():
+        app = offline_app()
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.press("W")
+            await pilot.pause()
+            screen = app.screen
+            table = screen.query_one("#dead-letters")
+            assert table.row_count == 0
+            screen.post_message(DeadLettersUpdated(letters))
+            await pilot.pause()
+            assert table.row_count == 2
+            row = [str(c) for c in table.get_row_at(0)]
+            assert row[1:] == ["sip-101500-a1b2c3", "https://crm.example.com/hooks/calls", "5", "HTTP 503"]
+            assert "2 not delivered" in str(screen.query_one("#dead-letters-note").render())
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.screen is not screen
     asyncio.run(main())

@@ -57,7 +57,7 @@ def summarise(row: dict[str, Any], events: list[dict[str, Any]]) -> CallSummary:
         categories.append("over_talk")
     if sum(1 for d in decisions if d.get("via") == "no_match") >= NOT_UNDERSTOOD:
         categories.append("not_understood")
-    if _longest_silence(events) >= SILENCE_S:
+    if longest_silence(events) >= SILENCE_S:
         categories.append("long_silence")
     if any(k in (ev.TROUBLE, ev.ERROR) for k in kinds):
         categories.append("technical_trouble")
@@ -98,7 +98,7 @@ def _sentence(row: dict[str, Any], heard: list[str]) -> str:
     return text
 
 
-def _longest_silence(events: list[dict[str, Any]]) -> float:
+def longest_silence(events: list[dict[str, Any]]) -> float:
     """The longest stretch with neither side speaking (from the caller's turn ends and starts and
     the agent's playout)."""
     marks = sorted(e["t"] for e in events if e.get("kind") in (ev.SPEECH_START, ev.SPEECH_END, ev.FIRST_RTP_OUT,

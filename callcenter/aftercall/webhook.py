@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from callcenter.store.db import Database
+from callcenter.store.dead_letters import DeadLetters
 
 log = structlog.get_logger()
 
@@ -29,24 +29,6 @@ TIMEOUT_S = 10.0
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-
-
-class DeadLetters:
-    """Webhooks that never got through, in the store (`webhook_dead_letters`)."""
-
-    def __init__(self, db: Database, clock=time.time):
-        self.db, self.clock = db, clock
-
-    def add(self, call_id: str, url: str, attempts: int, error: str, payload: dict) -> None:
-        with self.db.transaction():
-            self.db.execute("INSERT INTO webhook_dead_letters(call_id, url, attempts, error, payload, failed) "
-                            "VALUES(?, ?, ?, ?, ?, ?)", (call_id, url, attempts, error[:500], json.dumps(payload),
-                                                         self.clock()))
-
-    def recent(self, limit: int = 100) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT call_id, url, attempts, error, failed FROM webhook_dead_letters "
-                               "ORDER BY failed DESC LIMIT ?", (limit,))
-        return [dict(zip(("call_id", "url", "attempts", "error", "failed"), r)) for r in rows]
 
 
 class Webhook:

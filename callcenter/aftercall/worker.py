@@ -13,6 +13,8 @@ from typing import Any
 
 import structlog
 
+from callcenter.aftercall.fields import fill
+from callcenter.aftercall.scorecard import score
 from callcenter.aftercall.summary import summarise
 from callcenter.aftercall.webhook import Webhook
 from callcenter.store.calls import CallRecords
@@ -24,15 +26,18 @@ NICE = 19
 
 
 class PostCall:
-    def __init__(self, calls: CallRecords, webhook: Webhook | None):
+    def __init__(self, calls: CallRecords, webhook: Webhook | None, scorecards: dict | None = None):
         self.calls, self.webhook = calls, webhook
-        self.queue: asyncio.Queue[tuple[str, list[dict[str, Any]]]] = asyncio.Queue()
+        self.scorecards = scorecards or {}  # flow name -> Scorecard
+        self.queue: asyncio.Queue[tuple[str, list[dict[str, Any]], Any, dict[str, Any]]] = asyncio.Queue()
         # its own thread, at the lowest priority: never one of the threads live calls use
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="post-call", initializer=_lower_priority)
 
-    def call_ended(self, call_id: str, events: list[dict[str, Any]]) -> None:
-        """A call is over (its events as the JSONL holds them): summarise it when the worker is free."""
-        self.queue.put_nowait((call_id, events))
+    def call_ended(self, call_id: str, events: list[dict[str, Any]], after_call=None,
+                   variables: dict[str, Any] | None = None) -> None:
+        """A call is over (its events as the JSONL holds them; its flow's `after_call:` and its
+        variables at the end, sensitive ones left out): summarise it when the worker is free."""
+        self.queue.put_nowait((call_id, events, after_call, variables or {}))
 
     async def run(self) -> None:
         while True:
@@ -47,26 +52,37 @@ class PostCall:
         except TimeoutError:
             log.error("post_call_unfinished", calls=self.queue.qsize(), after_s=timeout_s)
 
-    async def _one(self, call_id: str, events: list[dict[str, Any]]) -> None:
+    async def _one(self, call_id: str, events: list[dict[str, Any]], after_call=None,
+                   variables: dict[str, Any] | None = None) -> None:
         loop = asyncio.get_running_loop()
         try:
-            payload = await loop.run_in_executor(self.executor, self._summarise, call_id, events)
+            payload = await loop.run_in_executor(self.executor, self._summarise, call_id, events, after_call,
+                                                 variables or {})
             if payload is not None and self.webhook is not None:
                 await self.webhook.send(payload)
         except Exception:
             log.exception("post_call_failed", call_id=call_id)
 
-    def _summarise(self, call_id: str, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _summarise(self, call_id: str, events: list[dict[str, Any]], after_call=None,
+                   variables: dict[str, Any] | None = None) -> dict[str, Any] | None:
         row = self._ended_row(call_id)
         if row is None:
             log.error("post_call_no_row", call_id=call_id, waited_s=ROW_WAIT_S)
             return None
         found = summarise(row, events)
-        self.calls.summarised(call_id, found.summary, found.categories, found.sentiment)
+        fields: dict[str, Any] = {}
+        if after_call is not None:
+            fields, phrase_categories = fill(after_call, variables or {}, row.get("outcome"), events)
+            found.categories += [c for c in phrase_categories if c not in found.categories]
+        self.calls.summarised(call_id, found.summary, found.categories, found.sentiment, fields)
+        card = self.scorecards.get(row.get("flow") or "")
+        scores = score(card, events) if card is not None and row.get("answered") else None
+        if scores is not None:
+            self.calls.scored(call_id, scores)
         log.info("call_summarised", call_id=call_id, categories=found.categories, sentiment=found.sentiment)
         return {"event": "call_ended", **{k: v for k, v in row.items() if k not in ("summary", "categories",
-                                                                                   "sentiment")},
-                **found.as_dict()}
+                                                                                   "sentiment", "after_call", "scores")},
+                **found.as_dict(), "after_call": fields, **({"scores": scores} if scores else {})}
 
     def _ended_row(self, call_id: str) -> dict[str, Any] | None:
         deadline = time.monotonic() + ROW_WAIT_S

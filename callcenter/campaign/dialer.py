@@ -7,6 +7,10 @@ running campaigns' due contacts in their calling windows, paced, and records eac
 - The do-not-call list in the store is checked right before every call.
 - Pacing is progressive: never more of a campaign's calls at once than `pace.max_concurrent`, nor
   more than the worker's free call slots, nor more than `pace.calls_per_second` new calls a second.
+  A campaign whose flow hands people to agents (`pace.agents_queue`) places no more calls at once
+  than that queue's free agents (less the callers already waiting for them); while its abandonment
+  rate (people reached who then left the queue unanswered, over people reached) is above
+  `pace.max_abandon_rate`, one call at a time, and only while an agent is free.
 - Time: calling windows are judged on the campaign clock (`CALLCENTER_NOW` moves it, for tests and
   rehearsals); retry delays are seconds of real time."""
 
@@ -84,6 +88,7 @@ class Dialer:
         self.clock = clock or campaign_clock()
         self.in_flight: dict[str, Attempt] = {}
         self.pacing: dict[str, Pacing] = {}
+        self.over_bound: dict[str, bool] = {}  # campaigns over their abandonment bound: one call at a time
         self.holding = False
 
     async def run(self) -> None:
@@ -157,14 +162,32 @@ class Dialer:
             else:
                 self._record(campaign, contact, contact.attempts, result if result in RETRIED else FAILED)
 
+    def _for_agents(self, name: str, queue: str, pace: dict, busy: int) -> int:
+        """Calls at once the agents of `queue` allow: one per free agent (less the callers already
+        waiting for one); while the campaign's abandonment rate is over its bound, one at a time."""
+        free, waiting = self.store.agents_free(queue)
+        most = busy + max(0, free - waiting - busy)
+        abandoned, persons = self.store.abandonment(name)
+        if persons and abandoned / persons > pace.get("max_abandon_rate", 0.03):
+            if not self.over_bound.get(name):
+                log.warning("campaign_abandonment_bound", campaign=name, abandoned=abandoned, reached=persons)
+            self.over_bound[name] = True
+            return 1 if free > waiting else 0
+        self.over_bound[name] = False
+        return most
+
     async def _dial_due(self, campaign: dict) -> None:
         name, settings = campaign["name"], campaign["settings"]
         pace = self.pacing.setdefault(name, Pacing(settings["pace"]["calls_per_second"]))
         schedule = Schedule(settings)
         now = self.clock()
         busy = sum(1 for a in self.in_flight.values() if a.contact.campaign == name)
+        most = settings["pace"]["max_concurrent"]
+        queue = settings["pace"].get("agents_queue")
+        if queue:
+            most = min(most, await self._db(self._for_agents, name, queue, settings["pace"], busy))
         for contact in await self._db(self.store.due, name, time.time()):
-            if busy >= settings["pace"]["max_concurrent"] or self.free_slots() <= 0:
+            if busy >= most or self.free_slots() <= 0:
                 return
             if not pace.may_dial(time.monotonic()):
                 return

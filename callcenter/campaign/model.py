@@ -10,7 +10,7 @@ windows:                       # when a contact may be called, in their own loca
 holidays: [2026-12-25]
 attempts: 3
 retry_s: {no_answer: 3600, busy: 600, failed: 1800}
-pace: {max_concurrent: 2, calls_per_second: 1}
+pace: {max_concurrent: 2, calls_per_second: 1}   # and agents_queue: desk, max_abandon_rate: 0.03
 ```
 
 Errors name the file, line and column."""
@@ -65,6 +65,13 @@ class Pace(_Strict):
     max_concurrent: int = Field(1, ge=1, le=64, description="this campaign's calls at once (and never more than "
                                                             "free call slots)")
     calls_per_second: float = Field(1.0, gt=0, le=50, description="new calls a second, at most")
+    agents_queue: str | None = Field(None, description=(
+        "the queue of human agents the flow hands answered people to: then no more calls at once than its free "
+        "agents (less the callers already waiting for them), and the abandonment rate is kept under "
+        "max_abandon_rate"))
+    max_abandon_rate: float = Field(0.03, ge=0, le=1, description=(
+        "people reached who then waited for an agent and left or timed out (queue_abandoned, queue_timeout), "
+        "over all people reached: above this, one call at a time, only while an agent is free"))
 
 
 class CampaignFile(_Strict):

@@ -99,3 +99,36 @@ def add_calls_search(calls_sub) -> None:
     s.add_argument("--until", default=None, help="the same grammar; default now")
     s.add_argument("--json", default=None, metavar="PATH", help="also write the calls found as JSON")
     s.set_defaults(fn=cmd_calls_search)
+
+
+def cmd_calls_score(args) -> int:
+    """A supervisor's own score for one item of a call's scorecard, with a note."""
+    import getpass
+
+    from callcenter.store.calls import CallRecords
+    from callcenter.store.db import open_database
+    from callcenter.store.schema import migrate
+    from callcenter.telephony.config import load_server_config
+
+    db = open_database(load_server_config(args.config).store_url())
+    migrate(db)
+    try:
+        scores = CallRecords(db, "", "").override_score(args.call_id, args.item, args.score == "pass", args.note,
+                                                        args.by or getpass.getuser())
+    except KeyError as exc:
+        raise CliError(str(exc.args[0])) from None
+    total = scores.get("total")
+    print(f"{args.call_id}: {args.item} {args.score} (was {scores['items'][args.item]['score']}); "
+          f"total {'-' if total is None else f'{total * 100:.0f}%'}")
+    return 0
+
+
+def add_calls_score(calls_sub) -> None:
+    s = calls_sub.add_parser("score", help="override one item of a call's quality scorecard, with a note")
+    s.add_argument("call_id")
+    s.add_argument("item", help="the scorecard item, e.g. greeted")
+    s.add_argument("score", choices=("pass", "fail"))
+    s.add_argument("--note", required=True, help="why (kept beside the automatic score)")
+    s.add_argument("--by", default=None, help="who (default: your user name)")
+    s.add_argument("--config", required=True, help="the server config whose `store:` to use")
+    s.set_defaults(fn=cmd_calls_score)

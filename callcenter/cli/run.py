@@ -195,9 +195,10 @@ def add_calls(sub) -> None:
     v.add_argument("--until", default=None, help="the same grammar; default now")
     v.add_argument("--json", default=None, metavar="PATH", help="also write the calls as JSON")
     v.set_defaults(fn=cmd_calls_list)
-    from callcenter.cli.report import add_calls_search
+    from callcenter.cli.report import add_calls_score, add_calls_search
 
     add_calls_search(cs)
+    add_calls_score(cs)
 
 
 def add_demo(sub) -> None:

@@ -557,6 +557,45 @@ class Trouble(_Strict):
     transferring: str = "Let me put you through to a colleague."
 
 
+class AfterCallField(_Strict):
+    """One field the post-call work fills for this flow's calls, by a rule (exactly one of `from`,
+    `when`, `phrases`). It goes into the call's row (`after_call`) and the end-of-call webhook."""
+    description: str = Field(description="What the field means, for whoever reads the row or the webhook.")
+    type: Literal["text", "yes_no", "number"] = "text"
+    from_: str | None = Field(None, alias="from", description="a variable (a slot, a webhook's result, a built-in) "
+                                                             "whose value at the end of the call fills it")
+    when: str | None = Field(None, description="a condition over the call's variables and `outcome` (the store's "
+                                               "outcome word): yes or no")
+    phrases: list[str] = Field(default_factory=list, description="yes when the caller said any of these")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> "AfterCallField":
+        rules = [r for r in ("from", "when", "phrases") if getattr(self, "from_" if r == "from" else r)]
+        if len(rules) != 1:
+            raise ValueError(f"give exactly one of from, when, phrases (got {', '.join(rules) or 'none'})")
+        if (self.when or self.phrases) and self.type != "yes_no":
+            raise ValueError("a `when` or `phrases` field is yes or no: type: yes_no")
+        return self
+
+
+class AfterCall(_Strict):
+    """What the post-call work adds to this flow's calls, besides the summary: fields, and phrase
+    categories (a category when the caller said one of its phrases)."""
+    fields: dict[str, AfterCallField] = Field(default_factory=dict)
+    categories: dict[str, list[str]] = Field(default_factory=dict, description="category: the caller's phrases "
+                                                                                "that put a call in it")
+
+    @field_validator("fields", "categories")
+    @classmethod
+    def _names(cls, v: dict) -> dict:
+        for name in v:
+            if not VAR_NAME.match(name):
+                raise ValueError(f"{name!r}: letters, digits and _, not starting with a digit")
+        return v
+
+
 class VoicemailDrop(_Strict):
     """The message a dialled call leaves on an answering machine, after its beep (or the end of its
     greeting where there is none); then the call hangs up."""
@@ -617,6 +656,9 @@ class Flow(_Strict):
         "On a call the server dials: tell a person from an answering machine as the greeting is heard "
         "(`amd` reads person, machine or unknown). The flow starts as soon as the greeting sounds like a "
         "person's; a machine stops it and gets the voicemail_drop message, or a hang-up."))
+    after_call: AfterCall = Field(default_factory=AfterCall, description=(
+        "Fields the post-call work fills for each call (reason, product, follow-up needed...) by rules, and "
+        "phrase categories; they go into the call's row and the end-of-call webhook."))
     voicemail_drop: VoicemailDrop | None = Field(None, description=(
         "The message left on an answering machine: text, or {text, audio}. None: hang up on a machine."))
     start: str
@@ -875,6 +917,20 @@ def check_flow(flow: Flow, subflow: bool = False, extra_variables: set[str] = fr
     yes_no_slots = {n for node in flow.nodes.values() for n, slot in (getattr(node, "slots", None) or {}).items()
                     if slot.type == "yes_no"}
     trusted = trusted_variables(flow)
+    for fname, f in flow.after_call.fields.items():
+        where = ("after_call", "fields", fname)
+        if f.from_ is not None:
+            if f.from_ not in known:
+                problems.append((where + ("from",), f"unknown variable {f.from_!r}{did_you_mean(f.from_, known)}"))
+            elif f.from_ in sensitive:
+                problems.append((where + ("from",), f"{f.from_!r} is sensitive (a card number): it never leaves the call"))
+        if f.when is not None:
+            try:
+                for var in sorted(parse_expr(f.when).names - known - {"outcome"}):
+                    problems.append((where + ("when",), f"unknown variable {var!r} in condition {f.when!r}"
+                                                        f"{did_you_mean(var, known)}"))
+            except ExprError as exc:
+                problems.append((where + ("when",), str(exc)))
     if flow.voicemail_drop is not None:
         try:
             for ph in template_names(flow.voicemail_drop.text):

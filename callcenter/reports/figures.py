@@ -9,7 +9,9 @@ Every figure is defined in docs/guide/reports.md; the definitions here are the s
 - handle time: from answer to end;
 - speed of answer: a queue's wait, of the calls a human agent answered;
 - service level: of the calls that entered a queue, the share a human agent answered within the
-  queue's threshold (`service_level_s`, 20 s unless the queue says otherwise)."""
+  queue's threshold (`service_level_s`, 20 s unless the queue says otherwise);
+- scorecard pass rate: of the scored calls an item applied to, the share that passed it (a
+  supervisor's override counts instead of the automatic score)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
-from callcenter.store.calls import ABANDONED
+from callcenter.store.calls import ABANDONED, final_score
 
 CONTAINED = ("ai_completed",)
 TRANSFERRED = ("transferred", "queue_answered")
@@ -110,6 +112,25 @@ def funnel(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def scorecards(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each scorecard item: the calls it applied to, how many passed (a supervisor's override
+    counts instead of the automatic score), its pass rate, and the overrides."""
+    by_item: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        scores = r.get("scores") or {}
+        for name, item in (scores.get("items") or {}).items():
+            by_item[(scores.get("card") or r.get("flow") or "", name)].append(item)
+    out = []
+    for (card, name), items in sorted(by_item.items()):
+        final = [final_score(i) for i in items]
+        applied = [s for s in final if s != "n/a"]
+        passed = sum(1 for s in applied if s == "pass")
+        out.append({"flow": card, "item": name, "calls": len(applied), "passed": passed,
+                    "pass_pct": round(100 * passed / len(applied), 1) if applied else None,
+                    "overridden": sum(1 for i in items if i.get("override"))})
+    return out
+
+
 def report(rows: list[dict[str, Any]], since: float, until: float, interval_s: int,
            service_levels: dict[str, float] | None = None) -> dict[str, Any]:
     buckets: dict[int, list[dict]] = defaultdict(list)
@@ -126,4 +147,5 @@ def report(rows: list[dict[str, Any]], since: float, until: float, interval_s: i
         "intents": Counter(r["intent"] for r in rows if r.get("intent")).most_common(TOP),
         "categories": Counter(c for r in rows for c in (r.get("categories") or [])
                               if not c.startswith("intent:")).most_common(TOP),
+        "scorecards": scorecards(rows),
     }

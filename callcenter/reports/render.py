@@ -116,6 +116,8 @@ th {{ background: #f2f2f2; }} .legend {{ font-size: 12px; }}
 <h2>Where callers leave each flow</h2>{funnels}
 <h2>Top intents</h2>{_table(rep["intents"], ["intent", "calls"], "intents")}
 <h2>Top categories</h2>{_table(rep["categories"], ["category", "calls"], "categories")}
+<h2>Quality scorecards</h2>{_table(rep.get("scorecards") or [], ["flow", "item", "calls", "passed", "pass %",
+                                                                  "overridden"], "scorecards")}
 <p>Every figure is defined in docs/guide/reports.md.</p>
 </body></html>
 """

@@ -52,8 +52,8 @@ OUTCOMES = (AI_COMPLETED, TRANSFERRED, QUEUE_ANSWERED, QUEUE_ABANDONED, QUEUE_TI
 COLUMNS = ("call_id", "direction", "transport", "caller", "caller_number", "started", "answered", "ended",
            "worker", "host", "flow", "flow_version", "nodes", "intent", "slots", "outcome", "transfer_to", "queue",
            "queue_wait_s", "turns", "voice_to_voice_p50_ms", "voice_to_voice_max_ms", "recording", "events",
-           "summary", "categories", "sentiment")
-JSON_COLUMNS = ("nodes", "slots", "categories")
+           "summary", "categories", "sentiment", "after_call", "scores")
+JSON_COLUMNS = ("nodes", "slots", "categories", "after_call", "scores")
 
 
 @dataclass
@@ -118,15 +118,51 @@ class CallRecords:
                                "ORDER BY started LIMIT ?", (since, until, limit))
         return [_call(row) for row in rows]
 
-    def summarised(self, call_id: str, summary: str, categories: list[str], sentiment: str) -> None:
-        """What the post-call work found (call/aftercall): a short summary, categories, sentiment."""
+    def summarised(self, call_id: str, summary: str, categories: list[str], sentiment: str,
+                   after_call: dict[str, Any] | None = None) -> None:
+        """What the post-call work found (call/aftercall): a short summary, categories, sentiment,
+        and the flow's own after-call fields."""
         with self.db.transaction():
-            self.db.execute("UPDATE calls SET summary=?, categories=?, sentiment=? WHERE call_id=?",
-                            (summary, json.dumps(categories), sentiment, call_id))
+            self.db.execute("UPDATE calls SET summary=?, categories=?, sentiment=?, after_call=? WHERE call_id=?",
+                            (summary, json.dumps(categories), sentiment, json.dumps(after_call or {}), call_id))
+
+    def scored(self, call_id: str, scores: dict[str, Any]) -> None:
+        """The flow's scorecard, scored (call/aftercall/scorecard.py)."""
+        with self.db.transaction():
+            self.db.execute("UPDATE calls SET scores=? WHERE call_id=?", (json.dumps(scores), call_id))
+
+    def override_score(self, call_id: str, item: str, passed: bool, note: str, by: str) -> dict[str, Any]:
+        """A supervisor's own score for one item, with a note: kept beside the automatic one, and
+        the call's total counts it instead. KeyError: no such call, or no such item on its card."""
+        with self.db.transaction():
+            rows = self.db.execute("SELECT scores FROM calls WHERE call_id=?", (call_id,))
+            if not rows:
+                raise KeyError(f"no call {call_id!r} in the store")
+            scores = json.loads(rows[0][0] or "{}")
+            items = scores.get("items", {})
+            if item not in items:
+                raise KeyError(f"call {call_id} has no scorecard item {item!r}"
+                               f" (its items: {', '.join(sorted(items)) or 'none: not scored'})")
+            items[item]["override"] = {"score": "pass" if passed else "fail", "note": note, "by": by,
+                                       "at": round(time.time(), 3)}
+            scores["total"] = score_total(items)
+            self.db.execute("UPDATE calls SET scores=? WHERE call_id=?", (json.dumps(scores), call_id))
+            return scores
 
     def get(self, call_id: str) -> dict[str, Any] | None:
         rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM calls WHERE call_id=?", (call_id,))
         return _call(rows[0]) if rows else None
+
+
+def final_score(item: dict[str, Any]) -> str:
+    """An item's score: the supervisor's where they gave one, else the automatic one."""
+    return (item.get("override") or {}).get("score") or item.get("score", "n/a")
+
+
+def score_total(items: dict[str, dict[str, Any]]) -> float | None:
+    """The share of a call's applicable items that passed (None: none applied)."""
+    scored = [final_score(i) for i in items.values() if final_score(i) != "n/a"]
+    return round(sum(s == "pass" for s in scored) / len(scored), 3) if scored else None
 
 
 def _call(row: tuple) -> dict[str, Any]:

@@ -13,13 +13,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from callcenter.store.calls import QUEUE_ABANDONED, QUEUE_TIMEOUT
 from callcenter.store.db import Database
+from callcenter.store.workers import WORKER_STALE_S
 
 PENDING, DIALLING, DONE = "pending", "dialling", "done"
 RUNNING, PAUSED, FINISHED = "running", "paused", "finished"
 CAMPAIGN_STATES = (RUNNING, PAUSED, FINISHED)
 # final results that are not a person reached, as `summary` counts them (any other result is answered)
 NOT_ANSWERED = ("machine", "no_answer", "busy", "failed", "dnc_skipped", "refused")
+# a person reached, then left waiting for an agent: what the campaign's abandonment rate counts
+ABANDONED_FOR_AGENTS = (QUEUE_ABANDONED, QUEUE_TIMEOUT)
 
 
 class CampaignStoreError(ValueError):
@@ -178,10 +182,36 @@ class CampaignStore:
         rows = self.db.execute("SELECT state, result, attempts FROM campaign_contacts WHERE campaign=?", (name,))
         calls = self.db.execute("SELECT COUNT(*) FROM campaign_attempts WHERE campaign=?", (name,))[0][0]
         done = [result for state, result, _ in rows if state == DONE]
+        abandoned, persons = self.abandonment(name)
         counts = {"contacts": len(rows), "dialled": sum(1 for *_, attempts in rows if attempts), "calls": calls,
+                  "abandoned": abandoned, "abandon_rate": round(abandoned / persons, 4) if persons else None,
                   "answered": sum(1 for r in done if r not in NOT_ANSWERED),
                   **{r: sum(1 for d in done if d == r) for r in NOT_ANSWERED}, "remaining": len(rows) - len(done)}
         return {**campaign, "counts": counts}
+
+    def abandonment(self, name: str) -> tuple[int, int]:
+        """(people reached who then left a queue of agents unanswered, people reached), over every
+        attempt of the campaign."""
+        results = [r for (r,) in self.db.execute("SELECT result FROM campaign_attempts WHERE campaign=? AND "
+                                                 "result IS NOT NULL", (name,))]
+        persons = [r for r in results if r not in NOT_ANSWERED]
+        return sum(1 for r in persons if r in ABANDONED_FOR_AGENTS), len(persons)
+
+    def agents_free(self, queue: str) -> tuple[int, int]:
+        """(agents of `queue` free now, callers waiting in it on live workers)."""
+        now = self.clock()
+        q = self.db.execute("SELECT members, skills FROM queues WHERE name=?", (queue,))
+        if not q:
+            return 0, 0
+        members, skills = set(json.loads(q[0][0])), set(json.loads(q[0][1]))
+        free = sum(1 for name, agent_skills, state, wrap_until in self.db.execute(
+            "SELECT name, skills, state, wrap_until FROM agents")
+            if (state == "available" or state == "wrap_up" and wrap_until <= now)
+            and (name in members or skills & set(json.loads(agent_skills))))
+        waiting = self.db.execute("SELECT COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
+                                  "WHERE c.queue=? AND c.state='waiting' AND w.seen >= ?",
+                                  (queue, now - WORKER_STALE_S))[0][0]
+        return free, int(waiting or 0)
 
     def summaries(self) -> list[dict[str, Any]]:
         """Every campaign's summary, the newest first."""

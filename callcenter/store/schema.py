@@ -109,6 +109,11 @@ CREATE TABLE IF NOT EXISTS callbacks (
 CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks(state, next_try)
 """
 
+AFTER_CALL_FIELDS = """
+ALTER TABLE calls ADD COLUMN after_call TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE calls ADD COLUMN scores TEXT NOT NULL DEFAULT '{}'
+"""
+
 MIGRATIONS = (
     Migration(1, "queues and agents", QUEUES, _retry_after),
     Migration(2, "one row per call; workers' host and version", CALLS),
@@ -116,6 +121,7 @@ MIGRATIONS = (
     Migration(4, "outbound campaigns, their contacts and attempts; do-not-call; leases", CAMPAIGNS),
     Migration(5, "after the call: summary, categories and sentiment; the webhook's dead letters", AFTER_CALL),
     Migration(6, "queued callbacks that dial, keeping the caller's place", CALLBACKS),
+    Migration(7, "the flow's own after-call fields and the scorecard's scores on each call's row", AFTER_CALL_FIELDS),
 )
 LATEST = MIGRATIONS[-1].version
 

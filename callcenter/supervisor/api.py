@@ -22,6 +22,8 @@ address than loopback, the API speaks plain HTTP: put a TLS proxy in front (the 
   502 the call could not be placed.
 - `GET  /api/dial/{id}` — a dialled call: `state` (dialling, ringing, answered, ended), `outcome`
   (`no_answer`, `busy`, `failed`, or its flow's outcome once over), `sip_code`, `ended_by`.
+- `GET  /api/dead-letters` — end-of-call webhooks that never got through: call, URL, attempts, the last
+  error, when (newest first, 100 at most).
 - `GET  /api/campaigns` — every outbound campaign in the store: state, flow, and its counts (contacts,
   dialled, calls, answered, machine, no answer, busy, failed, do-not-call skipped, refused, remaining).
 - `GET  /api/queues` — with a contact center: every queue (waiting, longest wait, agents available,
@@ -154,6 +156,7 @@ class ControlApi:
         app.router.add_post("/api/dial", self._dial)
         app.router.add_get("/api/dial/{call_id}", self._dialled)
         app.router.add_get("/api/campaigns", self._campaigns)
+        app.router.add_get("/api/dead-letters", self._dead_letters)
         app.router.add_get("/api/queues", self._queues)
         app.router.add_post("/api/agents/{name}/{action}", self._agent_action)
         app.router.add_get("/api/flows", self._flows)
@@ -418,6 +421,17 @@ class ControlApi:
         if live is None:
             return web.json_response({"error": "no such dialled call (on this worker)"}, status=404)
         return web.json_response(live.summary())
+
+    async def _dead_letters(self, request: web.Request) -> web.Response:
+        from callcenter.store.db import StoreError
+        from callcenter.store.dead_letters import DeadLetters
+
+        loop = asyncio.get_running_loop()
+        try:
+            letters = await loop.run_in_executor(None, DeadLetters(self.agent.store).recent)
+        except StoreError as exc:
+            return web.json_response({"error": f"the store: {exc}"}, status=503)
+        return web.json_response({"dead_letters": letters})
 
     async def _campaigns(self, request: web.Request) -> web.Response:
         from callcenter.store.campaigns import CampaignStore

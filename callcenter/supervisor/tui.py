@@ -191,6 +191,7 @@ KEYS_HELP = """Calls (the selected one)
   l  listen   w  whisper   b  barge in (your phone is called)   x  leave
 Screens
   R  recordings (v: the voicemail inbox)    F  flows    Q  queues and agents    C  campaigns
+  W  webhooks that never got through (dead letters)
   ?  this help
   ctrl+p  the command palette (every action by name)    q  quit (asks first)
 Every screen: Esc or b goes back."""
@@ -488,6 +489,7 @@ class SupervisorApp(App):
         Binding("F", "flows", "Flows"),
         Binding("Q", "queues", "Queues"),
         Binding("C", "campaigns", "Campaigns"),
+        Binding("W", "dead_letters", "Webhooks", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "ask_quit", "Quit"),
     ]
@@ -860,6 +862,11 @@ class SupervisorApp(App):
     def action_flows(self) -> None:
         self.push_screen(FlowsScreen())
 
+    def action_dead_letters(self) -> None:
+        from callcenter.supervisor.dead_letters_screen import DeadLettersScreen
+
+        self.push_screen(DeadLettersScreen(poll=self._connect))
+
     def action_campaigns(self) -> None:
         from callcenter.supervisor.campaigns_screen import CampaignsScreen
 
@@ -878,6 +885,7 @@ class SupervisorApp(App):
             ("Recordings", "Past calls, transcripts, audio", self.action_recordings),
             ("Flows", "Loaded flows, versions, rejected edits", self.action_flows),
             ("Campaigns", "Outbound campaigns: dialled, answered, no answer, remaining", self.action_campaigns),
+            ("Webhooks", "End-of-call webhooks that never got through (dead letters)", self.action_dead_letters),
         ):
             yield SystemCommand(title, help_text, action)
 

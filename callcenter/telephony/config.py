@@ -210,6 +210,9 @@ class WebhookConfig(_Strict):
 class AfterCall(_Strict):
     """Post-call work: every ended call gets a summary, categories and sentiment in the store."""
     webhook: WebhookConfig | None = Field(None, description="an end-of-call webhook, signed; off when absent")
+    scorecards: list[Path] = Field(default_factory=list, description=(
+        "quality scorecards (flows/scorecards/*.yaml), each for one flow by name: every ended call of that flow "
+        "is scored; a relative path is relative to this file"))
 
 
 class ServerConfig(_Strict):
@@ -297,6 +300,10 @@ class ServerConfig(_Strict):
             raise KeyError(name)
         path = self.outbound.flows[name]
         return path if path.is_absolute() else (self._base or Path.cwd()) / path
+
+    def scorecard_paths(self) -> list[Path]:
+        base = self._base or Path.cwd()
+        return [p if p.is_absolute() else base / p for p in self.after_call.scorecards]
 
     def store_url(self) -> StoreUrl:
         """Where the store is: `store:`, else the deprecated contact_center.store, else

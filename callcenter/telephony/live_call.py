@@ -25,6 +25,7 @@ from callcenter.call.events import CallEvents
 from callcenter.call.outcome import call_end
 from callcenter.call.recording import StereoRecorder, unique_path
 from callcenter.call.session import CallSession, recording_paths
+from callcenter.dialog.flow import sensitive_variables
 from callcenter.telephony.sip import SUPERVISION_MODES, SipCall, SipError
 from callcenter.voice.ambience import Ambience
 
@@ -317,7 +318,10 @@ class LiveCall:
             self.row.ended(end)
             self.outcome = end.outcome
             self.row = None
-            self.agent.post_call.call_ended(self.call_id, history)
+            flow = self.session.flow
+            hidden = sensitive_variables(flow) | set(flow.env)  # card numbers and secrets stay in the call
+            variables = dialog.redactor.scrub({k: v for k, v in result.variables.items() if k not in hidden})
+            self.agent.post_call.call_ended(self.call_id, history, flow.after_call, variables)
         self.agent.live.pop(self.call_id, None)
         self.agent.memory.call_ended()
 

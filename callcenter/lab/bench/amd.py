@@ -49,6 +49,13 @@ from callcenter.hearing.amd import (
 )
 
 MANIFEST = "manifest.jsonl"
+NOTE = ("Each clip is played by a real baresip phone that a `callcenter serve` dialled (POST /api/dial): "
+        "decision_ms runs from the end of the greeting to the detector's last decision (negative: decided "
+        "before the greeting ended, e.g. by its words); prompt_ms from a person's greeting end to the first "
+        "sound of the flow's prompt the phone heard; message_start_ms from the end of the beep to the first "
+        "sound of the message. The generated set's voices are flite, espeak-ng and the spectral voices, never "
+        "the Asterisk recordings; its lines are clean, µ-law, white noise at 20 and 10 dB and office babble "
+        "at 20 dB.")
 SOUND_DB = -45.0  # a frame this loud (dBFS) in what the phone heard carries the agent's voice
 BENCH_FLOW = """
 name: amd-bench
@@ -321,7 +328,17 @@ def bench_amd(out: Path, set_dir: Path | None = None, offline: bool = False, lim
             results = run_offline(set_dir, rows, WhisperStt(workers=1))
         else:
             results = run_calls(set_dir, rows, tmp, parallel)
-        report = {"bench": "amd", "mode": "offline" if offline else "calls",
+        import os
+        import platform
+        import subprocess
+        import sys
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parents[3]).stdout.strip()
+        report = {"benchmark": "answering-machine detection on real outbound calls",
+                  "made_by": "callcenter " + " ".join(sys.argv[1:]),
+                  "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                  "note": NOTE, "bench": "amd", "mode": "offline" if offline else "calls",
                   "set": f"generated (callcenter/lab/amd_set.py, seed {seed}, {clips} clips)" if made else str(set_dir),
                   "summary": summarise(results), "clips": results, "wall_s": round(time.monotonic() - t0, 1),
                   "targets": {"persons_taken_for_machines": "<= 0.02", "machines_detected": ">= 0.92",
