@@ -309,3 +309,62 @@ def test_calls_follow_the_free_agents_and_abandonment_over_the_bound_slows_to_on
     assert dialer.over_bound["december"] and line.after_bound == 1
     counts = cs.summary("december")["counts"]
     assert counts["abandoned"] == 2 and counts["abandon_rate"] == round(2 / 12, 4)
+
+
+def test_the_dialer_calls_back_a_queued_caller_retries_and_recovers_what_a_dead_dialer_left(tmp_path, fast):
+    """Callbacks through the fleet's dialer with a fake line: dialled when an agent is free, tried
+    again after no answer, done when answered; an attempt left `dialling` by a dead dialer takes
+    its call's row."""
+    from callcenter.campaign import callbacks as callbacks_mod
+    from callcenter.campaign.callbacks import CallbackDialer
+    from callcenter.errors import CallcenterError
+    from callcenter.store.callbacks import DONE, CallbackStore
+    from callcenter.store.queues import QueueStore
+
+    cs = store(tmp_path)
+    queues = QueueStore(cs.db, "w1")
+    queues.define_agents([("alice", "sip:alice@127.0.0.1", (), True)])
+    queues.define_queue("desk", ["alice"], [], "longest_idle", 20)
+    queues.heartbeat()
+    queues.join("c1", "desk")
+    queues.leave("c1", "callback", ("+14155550199", "support", 3, 0.2))
+    outcomes = ["no_answer", "queue_answered"]
+    dialled = []
+
+    class Full(CallcenterError):
+        status = 503
+
+    async def dial_callback(number, flow, queue):
+        if not dialled and len(outcomes) == 2 and not getattr(dial_callback, "refused", False):
+            dial_callback.refused = True
+            raise Full("no free call slot")  # not an attempt: claimed back
+        dialled.append((number, flow, queue))
+        call = FakeCall(outcomes.pop(0), 0.05)
+        line.calls.append(call)
+        return call
+
+    line = FakeLine()
+    callbacks = CallbackStore(cs.db)
+    dialer = Dialer(cs, line.dial, lambda: 4, "worker-a", lambda call_id: None, clock=lambda: MONDAY_1630_UTC,
+                    callbacks=CallbackDialer(callbacks, dial_callback, lambda: 4, lambda call_id: None))
+    asyncio.run(run_until(dialer, line, lambda: callbacks.get("c1").state == DONE))
+    done = callbacks.get("c1")
+    assert dialled == [("+14155550199", "support", "desk")] * 2
+    assert done.attempts == 2 and done.result == "queue_answered"
+
+    # a dialer that died with an attempt in flight: the next one reads the call's row
+    queues.join("c2", "desk")
+    queues.leave("c2", "callback", ("+14155550100", "support", 3, 0.2))
+    [cb] = callbacks.due()
+    callbacks.claim(cb)
+    callbacks.placed(cb, "out-lost")
+    rows = {"out-lost": {"ended": 1.0, "outcome": "busy"}}
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(callbacks_mod, "UNFINISHED_GRACE_S", 0.0)
+    try:
+        recovering = CallbackDialer(callbacks, dial_callback, lambda: 0, rows.get)
+        asyncio.run(recovering.tick(holding=True))
+    finally:
+        monkey.undo()
+    after = callbacks.get("c2")
+    assert after.state == "waiting" and after.result == "busy" and after.attempts == 1

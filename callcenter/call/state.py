@@ -42,8 +42,10 @@ TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     CallState.FLOW: frozenset({CallState.TRANSFERRING, CallState.QUEUED, CallState.VOICEMAIL,
                                CallState.TAKEN_OVER, CallState.PAUSED, CallState.ANSWERING_MACHINE}),
     CallState.ANSWERING_MACHINE: frozenset({CallState.TAKEN_OVER, CallState.PAUSED}),
-    CallState.TRANSFERRING: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED}),
-    CallState.QUEUED: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED}),
+    CallState.TRANSFERRING: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED,
+                                       CallState.ANSWERING_MACHINE}),  # a dialled call's machine found late
+    CallState.QUEUED: frozenset({CallState.FLOW, CallState.BRIDGED, CallState.TAKEN_OVER, CallState.PAUSED,
+                                 CallState.ANSWERING_MACHINE}),
     CallState.VOICEMAIL: frozenset({CallState.FLOW, CallState.TAKEN_OVER, CallState.PAUSED}),
     CallState.TAKEN_OVER: frozenset({CallState.PAUSED, CallState.FLOW, CallState.TRANSFERRING, CallState.QUEUED,
                                      CallState.VOICEMAIL, CallState.BRIDGED}),

@@ -55,7 +55,9 @@ class CallbackDialer:
                 if getattr(exc, "status", None) == 503:  # no free slot after all: not an attempt
                     await self._db(self.store.unclaim, cb, attempt)
                     return
-                state = await self._db(self.store.finished, cb.call_id, "refused")
+                # not placed (502): tried again like a failed call; refused by the config: final
+                result = FAILED if getattr(exc, "status", None) == 502 else "refused"
+                state = await self._db(self.store.finished, cb.call_id, result)
                 log.warning("callback_refused", call_id=cb.call_id, queue=cb.queue, error=str(exc), state=state)
                 continue
             await self._db(self.store.placed, cb, call.call_id)

@@ -583,7 +583,8 @@ class AfterCallField(_Strict):
 class AfterCall(_Strict):
     """What the post-call work adds to this flow's calls, besides the summary: fields, and phrase
     categories (a category when the caller said one of its phrases)."""
-    fields: dict[str, AfterCallField] = Field(default_factory=dict)
+    fields: dict[str, AfterCallField] = Field(default_factory=dict, description="name: {description, type, and "
+                                                                             "one rule: from, when or phrases}")
     categories: dict[str, list[str]] = Field(default_factory=dict, description="category: the caller's phrases "
                                                                                 "that put a call in it")
 

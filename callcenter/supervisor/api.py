@@ -423,26 +423,24 @@ class ControlApi:
         return web.json_response(live.summary())
 
     async def _dead_letters(self, request: web.Request) -> web.Response:
-        from callcenter.store.db import StoreError
         from callcenter.store.dead_letters import DeadLetters
 
-        loop = asyncio.get_running_loop()
-        try:
-            letters = await loop.run_in_executor(None, DeadLetters(self.agent.store).recent)
-        except StoreError as exc:
-            return web.json_response({"error": f"the store: {exc}"}, status=503)
-        return web.json_response({"dead_letters": letters})
+        return await self._from_store("dead_letters", DeadLetters(self.agent.store).recent)
 
     async def _campaigns(self, request: web.Request) -> web.Response:
         from callcenter.store.campaigns import CampaignStore
+
+        return await self._from_store("campaigns", CampaignStore(self.agent.store).summaries)
+
+    async def _from_store(self, key: str, read) -> web.Response:
+        """`{key: read()}`, read off the event loop; 503 with why while the store does not answer."""
         from callcenter.store.db import StoreError
 
-        loop = asyncio.get_running_loop()
         try:
-            campaigns = await loop.run_in_executor(None, CampaignStore(self.agent.store).summaries)
+            found = await asyncio.get_running_loop().run_in_executor(None, read)
         except StoreError as exc:
             return web.json_response({"error": f"the store: {exc}"}, status=503)
-        return web.json_response({"campaigns": campaigns})
+        return web.json_response({key: found})
 
     async def _flows(self, request: web.Request) -> web.Response:
         lib = self.agent.flows
