@@ -1373,7 +1373,8 @@ def flow_schema() -> dict:
     """JSON Schema of flow files, for editors (yaml-language-server) to complete and validate."""
     schema = Flow.model_json_schema(by_alias=True)
     shorthand = {"#/$defs/VoiceSettings": "a voice name, e.g. ssm:reed",
-                 "#/$defs/AmbienceSettings": "a preset: clean, office, callcenter or mobile"}
+                 "#/$defs/AmbienceSettings": "a preset: clean, office, callcenter or mobile",
+                 "#/$defs/VoicemailDrop": "the message's text"}
 
     def allow_names(node):  # voice: ssm:joe and ambience: office are accepted as plain strings
         if isinstance(node, dict):

@@ -19,7 +19,7 @@ def campaign_cells(c: dict) -> tuple:
 
 
 class CampaignsScreen(StoreTableScreen):
-    PATH, KEY, TABLE_ID, TITLE = "/api/campaigns", "campaigns", "campaigns", "outbound campaigns"
+    PATH, KEY, TABLE_ID, TABLE_TITLE = "/api/campaigns", "campaigns", "campaigns", "outbound campaigns"
     COLUMNS = tuple(name for name, _ in CAMPAIGN_COLUMNS)
     DEFAULT_CSS = """
     #campaigns { height: 1fr; border: round $primary; }

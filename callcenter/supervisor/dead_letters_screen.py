@@ -17,7 +17,7 @@ def letter_cells(d: dict) -> tuple:
 
 
 class DeadLettersScreen(StoreTableScreen):
-    PATH, KEY, TABLE_ID, TITLE = "/api/dead-letters", "dead_letters", "dead-letters", "webhooks that never got through"
+    PATH, KEY, TABLE_ID, TABLE_TITLE = "/api/dead-letters", "dead_letters", "dead-letters", "webhooks that never got through"
     COLUMNS = ("failed", "call", "url", "tries", "last error")
     REFRESH_S = 5.0
     DEFAULT_CSS = """

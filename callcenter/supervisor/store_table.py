@@ -23,7 +23,7 @@ class TableRows(Message):
 
 class StoreTableScreen(Screen):
     BINDINGS = [Binding("escape,b", "app.pop_screen", "Back"), Binding("r", "refresh", "Refresh")]
-    PATH = KEY = TABLE_ID = TITLE = ""  # the API path, its answer's list, the table's id and title
+    PATH = KEY = TABLE_ID = TABLE_TITLE = ""  # the API path, its answer's list, the table's id and title
     COLUMNS: tuple[str, ...] = ()
     REFRESH_S = 3.0
 
@@ -39,7 +39,7 @@ class StoreTableScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(f"#{self.TABLE_ID}", DataTable)
-        table.border_title = self.TITLE
+        table.border_title = self.TABLE_TITLE
         for name in self.COLUMNS:
             table.add_column(name, key=name)
         if self.poll:
