@@ -137,8 +137,8 @@ def test_flow_files_are_confined_to_the_flows_folder(tmp_path, audio, flow, said
 
 def test_a_yaml_alias_bomb_a_subflow_diamond_and_a_fifo_fail_at_once(tmp_path):
     """Loading has a node budget and a time budget: a "billion laughs" file, sub-flows that each
-    call the next twice (2^12 inlined copies) and a FIFO in the flow's place are errors within a
-    second, not a loader (or reload watcher) that never returns."""
+    call the next five times (5^6 inlined copies) and a FIFO in the flow's place are errors within
+    seconds, not a loader (or reload watcher) that never returns."""
     from callcenter.dialog.flow import load_flow
     from callcenter.errors import CallcenterError
 
@@ -159,4 +159,6 @@ def test_a_yaml_alias_bomb_a_subflow_diamond_and_a_fifo_fail_at_once(tmp_path):
         started = time.monotonic()
         with pytest.raises(CallcenterError) as err:
             load_flow(path)
-        assert said in str(err.value) and time.monotonic() - started < 5, (path.name, str(err.value)[:300])
+        # about 2 s alone; 6.6 s once on a 2-core box running both test shards: the bound only tells a
+        # budget that stops the load from a loader that never returns (5^6 inlined copies)
+        assert said in str(err.value) and time.monotonic() - started < 30, (path.name, str(err.value)[:300])

@@ -107,6 +107,14 @@ def cmd_bench_amd(args) -> int:
     return 0
 
 
+def cmd_bench_dial(args) -> int:
+    from callcenter.lab.bench.dial import bench_dial
+
+    report = bench_dial(Path(args.json), rate=args.rate, seconds=args.seconds, inbound=args.inbound)
+    print(json.dumps({k: report[k] for k in ("throughput", "inbound")}, indent=2))
+    return 0
+
+
 def add_bench(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks, written as JSON").add_subparsers(dest="bench_cmd", required=True)
     s = b.add_parser("report", help="BENCHMARKS.md from the result JSON committed under benchmarks/results/")
@@ -196,6 +204,13 @@ def add_bench(sub) -> None:
     s.add_argument("--offline", action="store_true", help="the detector alone on the clips, no call (for tuning)")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_amd)
+    s = b.add_parser("dial", help="calls placed through the control API at a steady rate: calls a second "
+                                  "sustained, and inbound reply time while they go on")
+    s.add_argument("--rate", type=float, default=0.5, help="dials asked a second")
+    s.add_argument("--seconds", type=float, default=60.0, help="how long the throughput part dials")
+    s.add_argument("--inbound", type=int, default=2, help="scripted inbound calls, alone and while dialling")
+    s.add_argument("--json", required=True)
+    s.set_defaults(fn=cmd_bench_dial)
     s = b.add_parser("nlu", help="offline intent matching on callers' own words: right / wrong intent / no match")
     s.add_argument("--json", required=True)
     s.set_defaults(fn=cmd_bench_nlu)
