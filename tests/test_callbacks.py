@@ -36,7 +36,7 @@ queues:
     announce_every_s: 0
     callback_key: "1"
     callback_offer: Press 1 to be called back.
-    callback_intro: Hello, this is the service desk calling you back. Please hold for the next agent.
+    callback_intro: The service desk, calling you back. Please hold.
     callback_retry_s: 30
 nodes:
   wait:
@@ -69,7 +69,7 @@ def test_a_queued_callback_dials_the_caller_when_an_agent_logs_in_and_bridges_th
                              f"outbound:\n  allow: ['{NUMBER}']\n  trunk: 127.0.0.1:{caller_port}\n  ring_s: 20\n"
                          )).start()
     dave_says = caller_voice("dave", "Hello, this is Dave from the service desk.")
-    dave = Softphone(tmp_path / "dave", caller_audio([dave_says, dave_says], tmp_path / "dave.wav", lead_s=4,
+    dave = Softphone(tmp_path / "dave", caller_audio([dave_says, dave_says], tmp_path / "dave.wav", lead_s=3,
                                                       gap_s=2, tail_s=30), user="dave", port=desk_port).start()
     # the caller only listens (and keys 1); the same phone answers the call back
     caller = Softphone(tmp_path / "caller", caller_audio([], tmp_path / "quiet.wav", lead_s=60, gap_s=0, tail_s=0),
@@ -77,7 +77,7 @@ def test_a_queued_callback_dials_the_caller_when_an_agent_logs_in_and_bridges_th
     try:
         caller.dial(agent.uri)
         assert caller.wait_established(10), caller.log()
-        time.sleep(4)  # "Please hold", then the callback offer
+        time.sleep(3)  # "Please hold", then the callback offer
         caller.press("1")
         assert wait_for(lambda: caller.log().count("terminated") >= 1, 20), caller.log()
         callbacks = CallbackStore(open_database(agent.store))
@@ -87,7 +87,7 @@ def test_a_queued_callback_dials_the_caller_when_an_agent_logs_in_and_bridges_th
         control_request(agent.control_url, TOKEN, "/api/agents/dave/login", {})
         assert wait_for(lambda: caller.log().count("Call established") >= 2, 30), agent.log()[-3000:]
         assert wait_for(lambda: dave.calls_answered() >= 1, 40), agent.log()[-3000:]
-        time.sleep(11)  # the whisper to dave, then the bridge: dave speaks twice
+        time.sleep(9)  # the whisper to dave, then the bridge: dave speaks twice
         caller.hangup()
         assert wait_for(lambda: callbacks.get(waiting.call_id).state == DONE, 20), callbacks.get(waiting.call_id)
         done = callbacks.get(waiting.call_id)
