@@ -221,3 +221,39 @@ def test_the_checker_finds_a_misspelt_variable_in_the_voicemail_message(tmp_path
     with pytest.raises(UserFileError) as e:
         load_flow(path)
     assert "remind.yaml:4:" in str(e.value) and "unknown variable 'nmae'" in str(e.value) and "name" in str(e.value)
+
+
+class ByLength(Words):
+    """What each stretch of a machine's greeting says, told apart by its length."""
+
+    def __init__(self, short_s: float, middle_s: float):
+        super().__init__("")
+        self.short_s, self.middle_s = short_s, middle_s
+
+    def transcribe_pcm(self, pcm, rate=SAMPLE_RATE, hint=None, grammar=None):
+        self.asked += 1
+        seconds = len(pcm) / 2 / rate
+        text = "hi, jorge here." if seconds < self.short_s else "yes, sorry i missed your call today." \
+            if seconds < self.middle_s else "please leave a message after the tone."
+        return Transcript(text, 0.9, 0.05, seconds)
+
+
+def test_a_machines_greeting_over_the_first_prompt_is_never_taken_for_an_answer(tmp_path, say):
+    """"Hi, Jorge here." and a short pause (the flow starts), then "Yes, sorry I missed your call
+    today." (which would answer the prompt's yes-or-no) and a pause, then "Please leave a message":
+    words heard while the detector decides wait for it, and a machine's are dropped."""
+    first, second = say("Hi, Jorge here."), say("Yes, sorry I missed your call today.")
+    third = say("Please leave a message after the tone, and have a nice day.")
+    far_end = clip(gap(0.2), first, gap(0.35), second, gap(1.2), third, gap(0.5), tone(BEEP_HZ, BEEP_S))
+    path = tmp_path / "remind.yaml"
+    path.write_text(FLOW)
+    words = ByLength(len(first) / SAMPLE_RATE + 0.4, len(second) / SAMPLE_RATE + 0.6)
+
+    async def script(h):
+        await asyncio.sleep(18.0)
+    harness, result = run_call(load_flow(path), script, variables={"direction": "outbound", "name": "Dana"},
+                               far_end=far_end, stt=words)
+    whats = [e["what"] for e in harness.kinds(ev.AMD)]
+    assert whats[0] == "greeted" and "message" in whats, whats
+    assert harness.kinds(ev.FLOW_DECISION) == []  # no answer, no "Sorry?": the flow heard nothing of it
+    assert not [t for t in harness.said() if t.startswith("Sorry?") or t == "Goodbye."], harness.said()

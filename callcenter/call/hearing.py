@@ -175,6 +175,9 @@ class Hearing:
         """What the caller said (counted in the runner's `in_flight`) goes to the flow, or, while a
         supervisor has the call, is heard and logged but not answered."""
         call = self.call
+        if not await call.features.machine.not_a_machine():  # a machine's greeting is no answer
+            call.runner.in_flight = max(0, call.runner.in_flight - 1)
+            return
         if call.features.supervision.held:
             call.runner.in_flight = max(0, call.runner.in_flight - 1)
             call.features.supervision.heard(text)

@@ -9,6 +9,8 @@ acts on its decisions).
   after the beep (or the end of a greeting that has none) the flow's `voicemail_drop` is said, then
   the call hangs up. A flow without one hangs up on the machine. A beep heard while the message
   has begun restarts it after the beep, so the machine records all of it.
+- What the far end says before the decision reaches the flow only once it is decided, and never
+  on a machine: a greeting that goes on over the first prompt is no answer to it.
 - Every step is an `amd` event: greeted, words, decided, beep, message."""
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class AnsweringMachine:
         self.detector: AnsweringMachineDetector | None = None
         self.before_flow = False  # the greeting is being judged: the flow has not started
         self.machine = False  # a machine answered: the flow has stopped
+        self.settled = asyncio.Event()  # decided (person, machine or unknown), or nothing to decide
+        self.settled.set()
         self._message: asyncio.Task | None = None
 
     def screen(self) -> bool:
@@ -51,7 +55,20 @@ class AnsweringMachine:
         self.detector = AnsweringMachineDetector()
         call.dialog.variables["amd"] = UNKNOWN
         self.before_flow = True
+        self.settled.clear()
         return True
+
+    async def not_a_machine(self) -> bool:
+        """May what the far end said go to the flow as an answer? Words heard while the detector
+        still decides wait for its decision (a machine's greeting goes on over the first prompt,
+        and its words are no answer); False on a machine."""
+        if not self.settled.is_set():
+            try:
+                async with asyncio.timeout(self.detector.s.analysis_s):
+                    await self.settled.wait()
+            except TimeoutError:
+                pass
+        return not self.machine
 
     def hear(self, frame: AudioFrame, at: Moment) -> bool:
         """One 20 ms frame from the far end; True where it is the detector's alone (the flow has
@@ -78,6 +95,7 @@ class AnsweringMachine:
             call.events.emit(ev.AMD, what="decided", decision=event.label, at_s=event.t, why=event.why,
                              **({"revised": True} if event.revised else {}))
             call.log.info("amd_decided", decision=event.label, at_s=event.t, why=event.why)
+            self.settled.set()
             if event.label == MACHINE:
                 self._stop_flow(event.why)
         elif isinstance(event, BeepEnded):
