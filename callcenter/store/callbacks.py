@@ -10,13 +10,12 @@ answering machine are tried again after `retry_s` while attempts remain."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
 from callcenter.store.calls import MACHINE, UNANSWERED
 from callcenter.store.db import Database
-from callcenter.store.queues import AgentState, _serves
+from callcenter.store.queues import free_agents
 from callcenter.store.workers import WORKER_STALE_S
 
 WAITING, DIALLING, DONE, FAILED_FOR_GOOD = "waiting", "dialling", "done", "failed"
@@ -74,22 +73,10 @@ class CallbackStore:
                     "AND w.seen >= ? LIMIT 1", (cb.queue, cb.joined, now - WORKER_STALE_S))
                 earlier = self.db.execute("SELECT 1 FROM callbacks WHERE queue=? AND joined < ? AND state='dialling' "
                                           "LIMIT 1", (cb.queue, cb.joined))
-                if ahead or earlier or not self._agent_free(cb.queue, now):
+                if ahead or earlier or not free_agents(self.db, cb.queue, now, ready=True):
                     continue
                 out.append(cb)
         return out
-
-    def _agent_free(self, queue: str, now: float) -> bool:
-        q = self.db.execute("SELECT members, skills FROM queues WHERE name=?", (queue,))
-        if not q:
-            return False
-        members, skills = set(json.loads(q[0][0])), set(json.loads(q[0][1]))
-        for name, skill_json, state, wrap_until, retry_after in self.db.execute(
-                "SELECT name, skills, state, wrap_until, retry_after FROM agents"):
-            free = state == AgentState.AVAILABLE or state == AgentState.WRAP_UP and wrap_until <= now
-            if free and retry_after <= now and _serves(_Named(name, tuple(json.loads(skill_json))), members, skills):
-                return True
-        return False
 
     def claim(self, cb: Callback) -> int | None:
         """Count an attempt before it is placed (None: another dialer took it)."""
@@ -134,12 +121,6 @@ class CallbackStore:
     def unfinished(self, older_than_s: float) -> list[Callback]:
         """Attempts a dialer left `dialling` (it died, or this one restarted) this long ago."""
         return self._rows("WHERE state='dialling' AND updated < ?", self.clock() - older_than_s)
-
-
-@dataclass(frozen=True)
-class _Named:
-    name: str
-    skills: tuple[str, ...]
 
 
 __all__ = ["Callback", "CallbackStore", "DIALLING", "DONE", "FAILED_FOR_GOOD", "RETRIED", "WAITING"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from callcenter.store.calls import QUEUE_ABANDONED, QUEUE_TIMEOUT
 from callcenter.store.db import Database
+from callcenter.store.queues import free_agents
 from callcenter.store.workers import WORKER_STALE_S
 
 PENDING, DIALLING, DONE = "pending", "dialling", "done"
@@ -200,14 +201,7 @@ class CampaignStore:
     def agents_free(self, queue: str) -> tuple[int, int]:
         """(agents of `queue` free now, callers waiting in it on live workers)."""
         now = self.clock()
-        q = self.db.execute("SELECT members, skills FROM queues WHERE name=?", (queue,))
-        if not q:
-            return 0, 0
-        members, skills = set(json.loads(q[0][0])), set(json.loads(q[0][1]))
-        free = sum(1 for name, agent_skills, state, wrap_until in self.db.execute(
-            "SELECT name, skills, state, wrap_until FROM agents")
-            if (state == "available" or state == "wrap_up" and wrap_until <= now)
-            and (name in members or skills & set(json.loads(agent_skills))))
+        free = free_agents(self.db, queue, now)
         waiting = self.db.execute("SELECT COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
                                   "WHERE c.queue=? AND c.state='waiting' AND w.seen >= ?",
                                   (queue, now - WORKER_STALE_S))[0][0]

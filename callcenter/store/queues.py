@@ -106,9 +106,22 @@ CALLBACK_HOLDS = ("(state='waiting' AND next_try <= ? AND EXISTS (SELECT 1 FROM 
                   "(SELECT call_id FROM callers)))")
 
 
-def _serves(agent: Agent, members: set[str], skills: set[str]) -> bool:
+def _serves(name: str, agent_skills, members: set[str], skills: set[str]) -> bool:
     """Does this agent take a queue's calls (named in it, or with one of its skills)?"""
-    return agent.name in members or bool(skills & set(agent.skills))
+    return name in members or bool(skills & set(agent_skills))
+
+
+def free_agents(db: Database, queue: str, now: float, ready: bool = False) -> int:
+    """How many of `queue`'s agents are free now: available, or at the end of their wrap-up; with
+    `ready`, not in the pause after their phone turned a call down either (`retry_after`)."""
+    row = db.execute("SELECT members, skills FROM queues WHERE name=?", (queue,))
+    if not row:
+        return 0
+    members, skills = set(json.loads(row[0][0])), set(json.loads(row[0][1]))
+    return sum(1 for name, agent_skills, state, wrap_until, retry_after in db.execute(
+        "SELECT name, skills, state, wrap_until, retry_after FROM agents")
+        if (state == AgentState.AVAILABLE or state == AgentState.WRAP_UP and wrap_until <= now)
+        and (not ready or retry_after <= now) and _serves(name, json.loads(agent_skills), members, skills))
 
 
 def _midnight(now: float) -> float:
@@ -318,7 +331,7 @@ class QueueStore:
         if not row:
             return []
         members, skills = set(json.loads(row[0][0])), set(json.loads(row[0][1]))
-        return [a for a in agents if _serves(a, members, skills)]
+        return [a for a in agents if _serves(a.name, a.skills, members, skills)]
 
     def claim(self, call_id: str, free_slots: int = 1) -> Ring | None:
         """If this caller is the first in their queue not already ringing someone (callers whose
@@ -348,7 +361,7 @@ class QueueStore:
                 return None
             members, skills, strategy = set(json.loads(qrow[0][0])), set(json.loads(qrow[0][1])), qrow[0][2]
             free = [a for a in self._agent_rows("WHERE state IN ('available', 'wrap_up') AND retry_after <= ?", now)
-                    if a.state == AgentState.AVAILABLE and _serves(a, members, skills)]
+                    if a.state == AgentState.AVAILABLE and _serves(a.name, a.skills, members, skills)]
             if not free:
                 return None
             tried = set(json.loads(tried))
@@ -458,7 +471,7 @@ class QueueStore:
         out = []
         for name, members, skills, sl in queues:
             members, skills = set(json.loads(members)), set(json.loads(skills))
-            mine = [a for a in agents if _serves(a, members, skills)]
+            mine = [a for a in agents if _serves(a.name, a.skills, members, skills)]
             snap = QueueSnapshot(name, service_level_s=sl)
             waiting = [c for c in callers if c[1] == name and c[2] in live]
             snap.waiting = len(waiting)
