@@ -40,7 +40,6 @@ from callcenter.audio.stage import Moment
 from callcenter.hearing.vad import VAD_WINDOW_MS, SileroVad
 
 PERSON, MACHINE, UNKNOWN = "person", "machine", "unknown"
-DECISIONS = (PERSON, MACHINE, UNKNOWN)
 
 MACHINE_WORDS = re.compile(
     r"\bleave\b[\w' ,]{0,25}\b(message|name and|number)|\b(after|at) the (tone|beep)"
@@ -117,16 +116,50 @@ class GreetingOver:
 Event = Greeted | Decided | WantWords | BeepEnded | GreetingOver
 
 
+TONE_FFT = 512
+_WINDOW = np.hanning(FRAME_SAMPLES)
+_FREQS = np.fft.rfftfreq(TONE_FFT, 1 / SAMPLE_RATE)
+_BAND = (_FREQS >= 200) & (_FREQS <= 3800)
+_PEAK_LO, _PEAK_HI = int(np.searchsorted(_FREQS, 300)), int(np.searchsorted(_FREQS, 3000))
+
+
 def tone_of(samples: np.ndarray) -> tuple[float, float]:
     """(peak frequency in Hz, share of the frame's 200–3800 Hz energy within ±3 bins of it)."""
-    spec = np.abs(np.fft.rfft(samples * np.hanning(len(samples)), 512)) ** 2
-    freqs = np.fft.rfftfreq(512, 1 / SAMPLE_RATE)
-    band = (freqs >= 200) & (freqs <= 3800)
-    total = float(spec[band].sum()) + 1e-12
-    lo, hi = np.searchsorted(freqs, 300), np.searchsorted(freqs, 3000)
-    peak = lo + int(np.argmax(spec[lo:hi]))
+    window = _WINDOW if len(samples) == FRAME_SAMPLES else np.hanning(len(samples))
+    spec = np.abs(np.fft.rfft(samples * window, TONE_FFT)) ** 2
+    total = float(spec[_BAND].sum()) + 1e-12
+    peak = _PEAK_LO + int(np.argmax(spec[_PEAK_LO:_PEAK_HI]))
     near = float(spec[max(0, peak - 3):peak + 4].sum())
-    return float(freqs[peak]), near / total
+    return float(_FREQS[peak]), near / total
+
+
+class ToneRuns:
+    """Runs of frames that are one steady tone: `feed` each frame; a run long enough to be a beep
+    comes back when it ends (the detector's beeps, and the bench's search for a clip's beep)."""
+
+    def __init__(self, settings: AmdSettings):
+        self.s = settings
+        self.hz: list[float] = []  # peak frequencies of the run going on
+        self.start = 0.0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.hz)
+
+    def feed(self, x: np.ndarray, level: float, start: float) -> BeepEnded | None:
+        """One frame (float samples, its level in dBFS, when it starts); the beep that just ended."""
+        s = self.s
+        hz, share = tone_of(x) if level >= s.beep_min_db else (0.0, 0.0)
+        if share >= s.beep_tonal and (not self.hz or abs(hz - self.hz[-1]) <= s.beep_drift_hz):
+            if not self.hz:
+                self.start = start
+            self.hz.append(hz)
+            return None
+        ended = BeepEnded(self.start, start, round(float(np.median(self.hz)))) \
+            if len(self.hz) * FRAME_MS >= s.beep_min_ms else None
+        self.hz = [hz] if share >= s.beep_tonal else []  # a tone of another pitch starts a run of its own
+        self.start = start
+        return ended
 
 
 class AnsweringMachineDetector:
@@ -135,9 +168,7 @@ class AnsweringMachineDetector:
         self.vad = vad or SileroVad()
         self.t = 0.0
         self.decision: Decided | None = None
-        self.first: Decided | None = None  # the first decision (a person may later be revised)
         self.greeted: Greeted | None = None
-        self.beep: BeepEnded | None = None
         self.done = False  # nothing more to decide or wait for
         self.over: GreetingOver | None = None  # a machine's greeting ended without a beep (a late beep still counts)
         self.speech_s = 0.0  # speech heard in the greeting
@@ -147,11 +178,9 @@ class AnsweringMachineDetector:
         self._levels: deque[float] = deque(maxlen=int(3000 / FRAME_MS))
         self._speaking = False
         self._quiet_s = 0.0
-        self._run_s = 0.0  # the current stretch of speech
         self._since_words_s = 0.0
         self._pcm = bytearray()  # the greeting's audio not yet sent for words
-        self._tone: list[float] = []  # peak frequencies of the current run of tonal frames
-        self._tone_start = 0.0
+        self._tones = ToneRuns(self.s)
 
     # ---------------------------------------------------------------- inputs
     def process(self, frame: AudioFrame, at: Moment) -> list[Event]:
@@ -174,7 +203,8 @@ class AnsweringMachineDetector:
         # are speech to silero, but they sit at the floor, where the person's own pauses are)
         self._levels.append(level)
         floor = np.percentile(self._levels, self.s.floor_percentile) if len(self._levels) >= 10 else -70.0
-        speech = self._prob >= self.s.vad_threshold and level >= floor + self.s.floor_margin_db and not self._tone
+        speech = self._prob >= self.s.vad_threshold and level >= floor + self.s.floor_margin_db and \
+            not self._tones.active
         out += self._speech(speech, pcm)
         out += self._timers()
         return out
@@ -185,11 +215,12 @@ class AnsweringMachineDetector:
         if not text or self.done:
             return []
         self.words = f"{self.words} {text}".strip()
-        if MACHINE_WORDS.search(text):
-            return self._decide(MACHINE, f"words: {MACHINE_WORDS.search(text).group(0)!r}")
-        if self.decision is None and PERSON_WORDS.search(self.words) and self.speech_s > self.s.short_greeting_s:
+        if machine := MACHINE_WORDS.search(text):
+            return self._decide(MACHINE, f"words: {machine.group(0)!r}")
+        if self.decision is None and self.speech_s > self.s.short_greeting_s and \
+                (person := PERSON_WORDS.search(self.words)):
             # a long greeting in a person's words ("Acme dental, Dana speaking, how can I help?")
-            return self._decide(PERSON, f"words: {PERSON_WORDS.search(self.words).group(0)!r}")
+            return self._decide(PERSON, f"words: {person.group(0)!r}")
         return []
 
     # ---------------------------------------------------------------- the parts
@@ -197,10 +228,7 @@ class AnsweringMachineDetector:
         out: list[Event] = []
         step = FRAME_MS / 1000
         if speech:
-            if not self._speaking:
-                self._run_s = 0.0
             self._speaking, self._quiet_s = True, 0.0
-            self._run_s += step
             self.speech_s += step
             self._since_words_s += step
             self._pcm += pcm
@@ -243,7 +271,7 @@ class AnsweringMachineDetector:
         if self.decision is not None and self.decision.label == MACHINE:
             if self.over is not None:
                 self.done = self.t - self.over.t >= s.late_beep_s
-            elif not self._tone and (not self._speaking and self._quiet_s >= s.greeting_over_s
+            elif not self._tones.active and (not self._speaking and self._quiet_s >= s.greeting_over_s
                                      or self.t - self.decision.t >= s.machine_wait_s):
                 self.over = GreetingOver(self.t)
                 out.append(self.over)
@@ -254,23 +282,11 @@ class AnsweringMachineDetector:
         return out
 
     def _beep(self, x: np.ndarray, level: float, start: float) -> list[Event]:
-        hz, share = tone_of(x) if level >= self.s.beep_min_db else (0.0, 0.0)
-        tonal = share >= self.s.beep_tonal and (not self._tone or abs(hz - self._tone[-1]) <= self.s.beep_drift_hz)
-        if tonal:
-            if not self._tone:
-                self._tone_start = start
-            self._tone.append(hz)
+        beep = self._tones.feed(x, level, start)
+        if beep is None:
             return []
-        out: list[Event] = []
-        if len(self._tone) * FRAME_MS >= self.s.beep_min_ms:
-            self.beep = BeepEnded(self._tone_start, start, round(float(np.median(self._tone))))
-            out += self._decide(MACHINE, f"a {self.beep.hz:.0f} Hz beep")
-            out.append(self.beep)
-            self.done = True  # the message starts now
-        self._tone = [hz] if share >= self.s.beep_tonal else []
-        if self._tone:
-            self._tone_start = start
-        return out
+        self.done = True  # the message starts now
+        return [*self._decide(MACHINE, f"a {beep.hz:.0f} Hz beep"), beep]
 
     def _want_words(self) -> list[Event]:
         pcm, self._pcm, self._since_words_s = bytes(self._pcm), bytearray(), 0.0
@@ -281,8 +297,6 @@ class AnsweringMachineDetector:
             return []
         revised = self.decision is not None
         self.decision = Decided(label, self.t, why, revised)
-        if self.first is None:
-            self.first = self.decision
         out: list[Event] = [self.decision]
         if label != MACHINE and self.greeted is None:  # a long greeting in a person's words: the flow starts
             self.greeted = Greeted(self.t, round(self.speech_s, 2))
@@ -290,5 +304,5 @@ class AnsweringMachineDetector:
         return out
 
 
-__all__ = ["AmdSettings", "AnsweringMachineDetector", "BeepEnded", "DECISIONS", "Decided", "Greeted",
-           "GreetingOver", "MACHINE", "PERSON", "UNKNOWN", "WantWords", "tone_of"]
+__all__ = ["AmdSettings", "AnsweringMachineDetector", "BeepEnded", "Decided", "Greeted", "GreetingOver", "MACHINE",
+           "PERSON", "ToneRuns", "UNKNOWN", "WantWords", "tone_of"]

@@ -44,8 +44,8 @@ from callcenter.hearing.amd import (
     AmdSettings,
     AnsweringMachineDetector,
     Decided,
+    ToneRuns,
     WantWords,
-    tone_of,
 )
 
 MANIFEST = "manifest.jsonl"
@@ -84,22 +84,14 @@ def _levels(pcm: bytes) -> np.ndarray:
 
 
 def find_beep(pcm: bytes, near_s: float | None = None, settings: AmdSettings | None = None) -> tuple[float, float] | None:
-    """(start, end) in seconds of the clip's beep (a steady tone of `beep_min_ms` or more), the one
-    starting nearest `near_s` where given, else the last."""
-    s = settings or AmdSettings()
-    runs, start, last_hz = [], None, None
+    """(start, end) in seconds of the clip's beep (a steady tone of `beep_min_ms` or more, as the
+    detector hears one), the one starting nearest `near_s` where given, else the last."""
+    tones, runs = ToneRuns(settings or AmdSettings()), []
     for i, frame in enumerate(frames_from_pcm(pcm)):
         x = pcm_to_float(frame.pcm)
-        level = 10 * np.log10(float(np.mean(x * x)) + 1e-10)
-        hz, share = tone_of(x) if level >= s.beep_min_db else (0.0, 0.0)
-        tonal = share >= s.beep_tonal and (start is None or abs(hz - last_hz) <= s.beep_drift_hz)
-        if tonal and start is None:
-            start = i
-        if not tonal and start is not None:
-            if (i - start) * FRAME_MS >= s.beep_min_ms:
-                runs.append((start * FRAME_MS / 1000, i * FRAME_MS / 1000))
-            start = i if share >= s.beep_tonal else None
-        last_hz = hz
+        beep = tones.feed(x, 10 * np.log10(float(np.mean(x * x)) + 1e-10), i * FRAME_MS / 1000)
+        if beep is not None:
+            runs.append((beep.start, beep.end))
     if not runs:
         return None
     if near_s is None:
