@@ -119,11 +119,8 @@ class CallServer:
     def _scorecards(self) -> dict:
         """The config's scorecards by flow name, each checked against its flow where this server runs it."""
         flows = {lib.current.name: lib.current for lib in [self.flows, *self.outbound_flows.values()]}
-        cards = {}
-        for path in self.config.scorecard_paths():
-            card = load_scorecard(path)
-            cards[card.flow] = load_scorecard(path, flows[card.flow]) if card.flow in flows else card
-        return cards
+        cards = [load_scorecard(path, flows) for path in self.config.scorecard_paths()]
+        return {card.flow: card for card in cards}
 
     def _active_calls(self) -> dict[tuple[str, ...], float]:
         out = {("sip",): 0, ("webrtc",): 0}

@@ -151,7 +151,8 @@ def test_a_scorecard_scores_each_item_from_the_events_and_a_supervisor_overrides
     from callcenter.dialog.flow import load_flow
     from callcenter.store.calls import CallRecords
 
-    card = load_scorecard("flows/scorecards/support.yaml", load_flow("flows/support.yaml"))
+    flow = load_flow("flows/support.yaml")
+    card = load_scorecard("flows/scorecards/support.yaml", {flow.name: flow})
     events = [{"kind": "agent_say", "text": "Thank you for calling Example Telecom.", "t": 0.0},
               {"kind": "first_rtp_out", "t": 0.1}, {"kind": "playout_done", "t": 2.0},
               {"kind": "speech_start", "t": 12.5}, {"kind": "speech_end", "t": 13.4},  # 10.5 s of nothing
@@ -188,7 +189,7 @@ def test_a_scorecard_that_names_what_its_flow_lacks_is_refused_with_where(tmp_pa
     path.write_text("flow: support\nitems:\n  verified:\n    description: x\n"
                     "    slot_before_node: {slot: account, node: billing_answr}\n")
     with pytest.raises(UserFileError) as err:
-        load_scorecard(path, load_flow("flows/support.yaml"))
+        load_scorecard(path, {"support": load_flow("flows/support.yaml")})
     assert "card.yaml:5:" in str(err.value) and "no slot 'account'" in str(err.value) and "billing_answr" in str(err.value)
     path.write_text("flow: support\nitems:\n  x: {description: y, max_reprompts: 1, max_silence_s: 3}\n")
     with pytest.raises(UserFileError, match="exactly one check"):

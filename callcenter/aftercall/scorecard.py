@@ -30,6 +30,7 @@ both are masked already."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,13 +90,13 @@ class Scorecard(_Strict):
         return v
 
 
-def load_scorecard(path: str | Path, flow=None) -> Scorecard:
-    """The card, checked against its flow where given (slots and nodes it names exist)."""
+def load_scorecard(path: str | Path, flows: Mapping[str, Any] | None = None) -> Scorecard:
+    """The card, checked against its flow where `flows` (by name) has it: the slots and nodes it
+    names exist."""
     card, doc = load_model(path, Scorecard)
+    flow = (flows or {}).get(card.flow)
     if flow is not None:
         problems = []
-        if card.flow != flow.name:
-            problems.append(f"{doc.where(('flow',))}: the card is for flow {card.flow!r}, not {flow.name!r}")
         slots = {n for node in flow.nodes.values() for n in (getattr(node, "slots", None) or {})}
         for name, item in card.items.items():
             if item.slot_before_node is not None:

@@ -275,12 +275,12 @@ def _one_call(agent, set_dir: Path, row: dict, work: Path, port: int) -> dict:
 
 def run_calls(set_dir: Path, rows: list[dict], work: Path, parallel: int = 3) -> list[dict]:
     from callcenter.lab.agent_process import AgentProcess
-    from callcenter.lab.bench.call import _free_port, _wait_warmed
+    from callcenter.lab.bench.call import _free_port, _free_tcp_port, _wait_warmed
 
     token = "bench-amd-token"
     flow = work / "amd-bench.yaml"
     flow.write_text(BENCH_FLOW)
-    control = _free_port_tcp()
+    control = _free_tcp_port()
     agent = AgentProcess(work / "agent", _free_port(), 36000, flow, max_calls=parallel + 1, control_port=control,
                          token=token, extra_config=(f"outbound:\n  flows: {{amd-bench: {flow}}}\n"
                                                     f"  allow: ['sip:*@127.0.0.1:*']\n  ring_s: 15\n")).start()
@@ -292,14 +292,6 @@ def run_calls(set_dir: Path, rows: list[dict], work: Path, parallel: int = 3) ->
             return [f.result() for f in futures]
     finally:
         agent.stop()
-
-
-def _free_port_tcp() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_amd(out: Path, set_dir: Path | None = None, offline: bool = False, limit: int | None = None,
@@ -320,16 +312,12 @@ def bench_amd(out: Path, set_dir: Path | None = None, offline: bool = False, lim
             results = run_offline(set_dir, rows, WhisperStt(workers=1))
         else:
             results = run_calls(set_dir, rows, tmp, parallel)
-        import os
-        import platform
-        import subprocess
         import sys
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parents[3]).stdout.strip()
+        from callcenter.lab.bench.report import provenance
+
         report = {"benchmark": "answering-machine detection on real outbound calls",
-                  "made_by": "callcenter " + " ".join(sys.argv[1:]),
-                  "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                  "made_by": "callcenter " + " ".join(sys.argv[1:]), **provenance(),
                   "note": NOTE, "bench": "amd", "mode": "offline" if offline else "calls",
                   "set": f"generated (callcenter/lab/amd_set.py, seed {seed}, {clips} clips)" if made else str(set_dir),
                   "summary": summarise(results), "clips": results, "wall_s": round(time.monotonic() - t0, 1),

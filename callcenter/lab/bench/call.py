@@ -35,6 +35,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _pct(xs: list[float]) -> dict:
     a = np.array(xs) * 1000
     return {"p50_ms": round(float(np.percentile(a, 50)), 1), "p95_ms": round(float(np.percentile(a, 95)), 1),

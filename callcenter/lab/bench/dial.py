@@ -27,7 +27,8 @@ from pathlib import Path
 from callcenter.call.events import read_events
 from callcenter.call.latency import turn_latencies
 from callcenter.lab.agent_process import AgentProcess
-from callcenter.lab.bench.call import CALLER_LINES, _free_port, _pct, _wait_warmed
+from callcenter.lab.bench.call import CALLER_LINES, _free_port, _free_tcp_port, _pct, _wait_warmed
+from callcenter.lab.bench.report import provenance
 from callcenter.lab.fleet import control_request
 from callcenter.lab.softphone import Softphone, scripted_caller
 
@@ -41,14 +42,6 @@ nodes:
     type: hangup
     text: Hello, this is a test call from Example Dental. Goodbye.
 """
-
-
-def _free_tcp() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Dialling:
@@ -139,7 +132,7 @@ def bench_dial(out: Path, rate: float = 0.5, seconds: float = 60.0, inbound: int
     flow = work / "ping.yaml"
     flow.write_text(PING_FLOW)
     agent = AgentProcess(work / "agent", _free_port(), 37000, "flows/support.yaml", max_calls=4,
-                         control_port=_free_tcp(), token=TOKEN,
+                         control_port=_free_tcp_port(), token=TOKEN,
                          extra_config=f"outbound:\n  flows: {{ping: {flow}}}\n  allow: ['sip:*@127.0.0.1:*']\n"
                                       f"  ring_s: 10\n").start()
     mic = scripted_caller(CALLER_LINES, work, lead_s=13.0, gap_s=11.0, tail_s=6.0)
@@ -166,14 +159,9 @@ def bench_dial(out: Path, rate: float = 0.5, seconds: float = 60.0, inbound: int
         sipp.terminate()
         sipp.wait(5)
     ref_v2v, load_v2v = [t["voice_to_voice"] for t in reference], [t["voice_to_voice"] for t in loaded]
-    import os
-    import platform
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[3]).stdout.strip()
     report = {
         "benchmark": "dial: calls placed through the control API, and inbound reply time while they go on",
-        "commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        **provenance(),
         "made_by": f"callcenter bench dial --rate {rate} --seconds {seconds:g} --inbound {inbound} --json {out}",
         "note": "One serve process (4 call slots) dials a sipp UAS through POST /api/dial at the asked rate; its "
                 "flow says one sentence and hangs up. Inbound: scripted baresip callers on flows/support.yaml, one "

@@ -19,6 +19,17 @@ META = ("benchmark", "made_by", "commit", "machine")
 DETAILS = ("clips",)  # per-item records (a bench's every clip): in the JSON, not in BENCHMARKS.md
 
 
+def provenance() -> dict[str, str]:
+    """What a result records of where it ran: the commit checked out, and the machine."""
+    import os
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=RESULTS_DIR.parents[1]).stdout.strip()
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
 def _figures(value: Any, path: str = "") -> list[tuple[str, str]]:
     """(dotted path, value) of every number, flag and short word; notes are set apart."""
     if isinstance(value, dict):
