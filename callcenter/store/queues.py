@@ -301,12 +301,13 @@ class QueueStore:
             if not row:
                 return 0, 0
             queue, joined = row[0]
+            now = self.clock()
             ahead, total = self._q(
                 "SELECT SUM(CASE WHEN c.joined < ? THEN 1 ELSE 0 END), COUNT(*) FROM callers c JOIN workers w ON c.worker = w.worker "
-                "WHERE c.queue=? AND (w.seen >= ? OR w.worker = ?)", joined, queue, self.clock() - WORKER_STALE_S,
+                "WHERE c.queue=? AND (w.seen >= ? OR w.worker = ?)", joined, queue, now - WORKER_STALE_S,
                 self.worker)[0]
             kept = self._q(f"SELECT SUM(CASE WHEN joined < ? THEN 1 ELSE 0 END), COUNT(*) FROM callbacks "
-                           f"WHERE queue=? AND {CALLBACK_HOLDS}", joined, queue, self.clock(), self.clock())[0]
+                           f"WHERE queue=? AND {CALLBACK_HOLDS}", joined, queue, now, now)[0]
             return int(ahead or 0) + int(kept[0] or 0) + 1, int(total) + int(kept[1] or 0)
 
     def expected_wait_s(self, call_id: str) -> float:
@@ -342,17 +343,16 @@ class QueueStore:
             now = self.clock()
             self.registry.upsert(free_slots)
             self._reap(now)
-            row = self._q("SELECT queue, state, tried FROM callers WHERE call_id=?", call_id)
+            row = self._q("SELECT queue, state, tried, joined FROM callers WHERE call_id=?", call_id)
             if not row or row[0][1] != "waiting":
                 return None
-            queue, _, tried = row[0]
+            queue, _, tried, mine = row[0]
             self._x("UPDATE agents SET state='available', since=wrap_until WHERE state='wrap_up' "
                              "AND wrap_until <= ?", (now,))
             head = self._q("SELECT c.call_id FROM callers c JOIN workers w ON c.worker = w.worker WHERE c.queue=? "
                            "AND c.state='waiting' AND w.free_slots > 0 ORDER BY c.joined LIMIT 1", queue)
             if not head or head[0][0] != call_id:
                 return None
-            mine = self._q("SELECT joined FROM callers WHERE call_id=?", call_id)[0][0]
             if self._q(f"SELECT 1 FROM callbacks WHERE queue=? AND joined < ? AND {CALLBACK_HOLDS} LIMIT 1",
                        queue, mine, now, now):
                 return None  # a caller who asked to be called back is ahead: the next agent is theirs

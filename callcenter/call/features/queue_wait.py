@@ -31,8 +31,8 @@ class QueueWaiting:
             call, settings = self.call, self.settings
             variables = call.dialog.variables
             # a number to call back: the caller's number, else the SIP address they called from
-            number = phone_number(variables.get("caller_number") or "") or \
-                (variables.get("caller") or "" if str(variables.get("caller", "")).startswith("sip") else "")
+            caller = str(variables.get("caller") or "")
+            number = phone_number(variables.get("caller_number") or "") or (caller if caller.startswith("sip") else "")
             keep = (number, call.flow.name, settings.callback_attempts, settings.callback_retry_s) if number else None
             self.wait.leave("callback", keep)
             call.events.emit(ev.QUEUE, what="callback", queue=self.wait.queue, number=number or None,
